@@ -1,0 +1,158 @@
+"""Fixtures: the app in-process (httpx's ASGI transport) and as a real `python app.py` process."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from app import Settings, create_app
+from store import MemoryStore
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "test-key-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(api_keys=(KEY,))
+
+
+@pytest.fixture
+def access_log() -> io.StringIO:
+    return io.StringIO()
+
+
+@pytest.fixture
+def app(settings: Settings, access_log: io.StringIO) -> Starlette:
+    return create_app(settings, MemoryStore(), access_log=access_log)
+
+
+@pytest.fixture
+async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    """An authenticated client of the in-process app, lifespan started."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://petstore", headers=AUTH) as c,
+    ):
+        yield c
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """A running `python app.py`, its output in files."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    stdout_path: Path
+    stderr_path: Path
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def client(self, **kwargs: object) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10, **kwargs)  # type: ignore[arg-type]
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        """Poll /readyz until 200; fail with the server's output if it exits or never gets there."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited {self.process.returncode}: {self.stderr}")
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)  # a poll interval, not synchronisation: the loop checks readiness
+        raise AssertionError(f"server not ready in {timeout}s: {self.stderr}")
+
+    def wait_for_output(self, text: str, timeout: float = 10.0) -> str:
+        """Poll stdout until it contains `text` (the access log is flushed every 0.5 s)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in (out := self.stdout):
+                return out
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} not in output: {self.stdout}")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+
+ServerFactory = Callable[..., Server]
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[ServerFactory]:
+    """Start `python app.py ARGS` on a free port with ENV; stopped (SIGKILL if need be) at the end."""
+    started: list[Server] = []
+
+    def start(
+        *args: str,
+        env: dict[str, str] | None = None,
+        key: str | None = KEY,
+        wait: bool = True,
+    ) -> Server:
+        port = free_port()
+        number = len(started)
+        stdout_path = tmp_path / f"server{number}.out"
+        stderr_path = tmp_path / f"server{number}.err"
+        environment = {
+            name: value for name, value in os.environ.items() if not name.startswith("PETSTORE_")
+        }
+        environment.update(env or {})
+        argv = [sys.executable, str(ROOT / "app.py"), "--port", str(port), *args]
+        if key is not None:
+            argv += ["--api-key", key]
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+            process = subprocess.Popen(argv, stdout=out, stderr=err, env=environment, cwd=ROOT)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        server = Server(process, port, stdout_path, stderr_path, headers)
+        started.append(server)
+        if wait:
+            server.wait_ready()
+        return server
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
