@@ -44,11 +44,13 @@ from schemas import (
     ErrorCode,
     NewPet,
     PetStatus,
+    SeedPet,
     encoder,
     new_pet_decoder,
     openapi_document,
+    seed_decoder,
 )
-from store import MemoryStore, PetStore, StorageUnavailable
+from store import DataFileError, FileStore, MemoryStore, PetStore, StorageUnavailable
 
 logger = logging.getLogger("petstore")
 
@@ -645,12 +647,32 @@ async def _flush_every(stream: TextIO, seconds: float) -> None:
         stream.flush()
 
 
+def _read_seed(path: str) -> list[SeedPet]:
+    try:
+        with open(path, "rb") as file:
+            return seed_decoder.decode(file.read())
+    except OSError as error:
+        raise SettingsError(f"seed file {path}: cannot read: {error.strerror}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as error:
+        reason = str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
+        raise SettingsError(f"seed file {path}: not a JSON array of pets: {reason}") from None
+
+
 def open_store(settings: Settings) -> PetStore:
-    if settings.data is not None:
-        raise SettingsError("--data: the data-file store is not available in this version")
-    if settings.seed is not None:
-        raise SettingsError("--seed: seeding is not available in this version")
-    return MemoryStore()
+    """The store the settings ask for, loaded and seeded; SettingsError says why it can't be."""
+    seed = _read_seed(settings.seed) if settings.seed is not None else None
+    try:
+        store: PetStore = MemoryStore() if settings.data is None else FileStore(settings.data)
+    except DataFileError as error:
+        raise SettingsError(f"data file {error}") from None
+    if seed is not None:
+        try:
+            seeded = store.seed(seed)
+        except (ValueError, DataFileError) as error:
+            raise SettingsError(f"seed file {settings.seed}: {error}") from None
+        if seeded:
+            logger.info("seeded %d pets from %s", len(seed), settings.seed)
+    return store
 
 
 # --------------------------------------------------------------------------- the server

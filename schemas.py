@@ -75,13 +75,25 @@ class NewPet(msgspec.Struct, forbid_unknown_fields=True):
     status: PetStatus | msgspec.UnsetType = msgspec.UNSET
 
 
-class Pet(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An animal as stored and returned; `status` stays absent when it was never given."""
+class Pet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """An animal as stored and returned; `status` stays absent when it was never given.
+
+    gc=False: a million stored pets hold no references the cycle collector must walk.
+    """
 
     id: PetId
     name: Name
     categoryId: Int64  # the wire name is camelCase (SPEC.md)
     status: PetStatus | msgspec.UnsetType = msgspec.UNSET
+
+
+class SeedPet(msgspec.Struct, forbid_unknown_fields=True):
+    """An item of a seed file: a NewPet, or a Pet that keeps the id it gives."""
+
+    name: Name
+    categoryId: CategoryId  # the wire name is camelCase (SPEC.md)
+    status: PetStatus | msgspec.UnsetType = msgspec.UNSET
+    id: PetId | msgspec.UnsetType = msgspec.UNSET
 
 
 class Error(msgspec.Struct, frozen=True):
@@ -131,6 +143,8 @@ def _schema_hook(type_: type) -> dict[str, Any]:
 
 new_pet_decoder: Final = msgspec.json.Decoder(NewPet, dec_hook=decode_hook)
 pet_decoder: Final = msgspec.json.Decoder(Pet)
+pets_decoder: Final = msgspec.json.Decoder(list[Pet])
+seed_decoder: Final = msgspec.json.Decoder(list[SeedPet], dec_hook=decode_hook)
 encoder: Final = msgspec.json.Encoder()
 
 

@@ -122,7 +122,7 @@ ServerFactory = Callable[..., Server]
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[ServerFactory]:
-    """Start `python app.py ARGS` on a free port with ENV; stopped (SIGKILL if need be) at the end."""
+    """Start `python app.py ARGS` on a free port with ENV; killed at the end if still running."""
     started: list[Server] = []
 
     def start(
