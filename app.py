@@ -610,9 +610,9 @@ def create_app(
             if access_log:
                 access_log.flush()
 
-    middleware = [
-        Middleware(BearerAuth, keys=settings.api_keys, public_paths=[OPENAPI_PATH]),
+    middleware = [  # outermost first
         Middleware(DeprecationHeaders, route=get_pet),
+        Middleware(BearerAuth, keys=settings.api_keys, public_paths=[OPENAPI_PATH]),
     ]
     if access_log is not None:
         middleware.insert(0, Middleware(AccessLog, stream=access_log))

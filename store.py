@@ -173,13 +173,15 @@ class MemoryStore:
 # --------------------------------------------------------------------------- the data file
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    """pwrite until all of `data` is at `offset`: a short write goes on where it stopped."""
     view = memoryview(data)
     while view:
-        written = os.write(fd, view)
+        written = os.pwrite(fd, view, offset)
         if written == 0:
             raise OSError(errno.EIO, "write wrote nothing")
         view = view[written:]
+        offset += written
 
 
 def _fsync_directory(path: str) -> None:
@@ -264,7 +266,7 @@ class FileStore:
     def _open_locked(path: str) -> int:
         existed = os.path.exists(path)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
             raise DataFileError(f"{path}: cannot open: {error.strerror}") from None
         try:
@@ -309,8 +311,8 @@ class FileStore:
         pets = list(pets)
         data = b"".join(encoder.encode(pet) + b"\n" for pet in pets)
         try:
-            _write_all(self._fd, data)
-            os.fsync(self._fd)
+            _write_all(self._fd, data, self._size)
+            os.fdatasync(self._fd)
         except OSError as error:
             os.ftruncate(self._fd, self._size)
             raise DataFileError(f"{self.path}: cannot write: {error.strerror}") from None
@@ -380,13 +382,13 @@ class FileStore:
     def _append(self, data: bytes) -> str | None:
         """Write and fsync `data`; on failure cut it off again and say what went wrong."""
         try:
-            _write_all(self._fd, data)
+            _write_all(self._fd, data, self._size)
         except OSError as error:
             self._cut_back()
             logger.error("%s: write failed: %s", self.path, error)
             return f"The data file can't be written: {error.strerror}"
         try:
-            os.fsync(self._fd)
+            os.fdatasync(self._fd)  # an append's new size is flushed with the data
         except OSError as error:
             # After a failed fsync the kernel may have dropped the dirty pages and cleared the
             # error: nothing written since can be trusted, so creates stop until a restart.
