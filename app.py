@@ -268,7 +268,7 @@ async def refused(request: Request, exc: Exception) -> Response:
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:
-    """Anything unexpected: a 500 that tells nothing of the inside (uvicorn logs the traceback)."""
+    """A failure in the outer middleware: a 500 that tells nothing (uvicorn logs the traceback)."""
     return error_response(500, ErrorCode.INTERNAL_ERROR, "Internal error; the log has details")
 
 
@@ -331,6 +331,39 @@ class AccessLog:
                 f'{client[0] if client else "-"} "{scope["method"]} {scope["path"]}" '
                 f"{status} {elapsed:.2f}ms\n"
             )
+
+
+class InternalErrors:
+    """Anything unexpected: log it with its traceback, answer 500 `internal_error`, say nothing.
+
+    Starlette's own catch-all sits outside every middleware; this one sits inside the
+    deprecation headers, so that even getPet's 500 carries them.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        response_started = False
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal response_started
+            response_started |= message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracking)
+        except Exception:
+            logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
+            if response_started:  # too late for an Error body: the server closes the connection
+                raise
+            response = error_response(
+                500, ErrorCode.INTERNAL_ERROR, "Internal error; the log has details"
+            )
+            await response(scope, receive, send)
 
 
 class BearerAuth:
@@ -612,6 +645,7 @@ def create_app(
 
     middleware = [  # outermost first
         Middleware(DeprecationHeaders, route=get_pet),
+        Middleware(InternalErrors),
         Middleware(BearerAuth, keys=settings.api_keys, public_paths=[OPENAPI_PATH]),
     ]
     if access_log is not None:

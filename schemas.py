@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import enum
 from typing import Annotated, Any, Final
 
@@ -109,19 +110,26 @@ _JSON_TYPE_NAMES: Final = {
     bool: "bool",
     str: "str",
     float: "float",
+    decimal.Decimal: "float",
     list: "array",
     dict: "object",
 }
 
 
 def decode_hook(type_: type, value: Any) -> Any:
-    """Turn a decoded JSON value into a `CategoryId`, in msgspec's own wording when it can't."""
+    """Turn a decoded JSON value into a `CategoryId`, in msgspec's own wording when it can't.
+
+    Numbers with a fraction or exponent arrive as exact Decimals (the decoders' float_hook), so
+    `1.0` and `1e2` are integers while `1.0000000000000001` is not, as JSON Schema counts them.
+    """
     if type_ is not CategoryId:
         raise NotImplementedError(type_)
-    if type(value) is float and value.is_integer():
-        value = int(value)
-    if type(value) is not int:
+    if type(value) is decimal.Decimal:
+        if value != value.to_integral_value():
+            raise TypeError("Expected `int`, got `float`")
+    elif type(value) is not int:
         raise TypeError(f"Expected `int`, got `{_JSON_TYPE_NAMES.get(type(value), 'value')}`")
+    # Checked before the int is made, so that 1e999999999 costs nothing.
     if value < INT64_MIN:
         raise ValueError(f"Expected `int` >= {INT64_MIN}")
     if value > INT64_MAX:
@@ -141,10 +149,14 @@ def _schema_hook(type_: type) -> dict[str, Any]:
     raise NotImplementedError(type_)
 
 
-new_pet_decoder: Final = msgspec.json.Decoder(NewPet, dec_hook=decode_hook)
+new_pet_decoder: Final = msgspec.json.Decoder(
+    NewPet, dec_hook=decode_hook, float_hook=decimal.Decimal
+)
 pet_decoder: Final = msgspec.json.Decoder(Pet)
 pets_decoder: Final = msgspec.json.Decoder(list[Pet])
-seed_decoder: Final = msgspec.json.Decoder(list[SeedPet], dec_hook=decode_hook)
+seed_decoder: Final = msgspec.json.Decoder(
+    list[SeedPet], dec_hook=decode_hook, float_hook=decimal.Decimal
+)
 encoder: Final = msgspec.json.Encoder()
 
 

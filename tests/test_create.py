@@ -1,0 +1,493 @@
+"""createPet: the 201 with its Location, and every way a body is turned down."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app import Settings
+from tests.conftest import KEY
+
+pytestmark = pytest.mark.anyio
+
+JSON = "application/json"
+SMALL_BODY = Settings(api_keys=(KEY,), max_body=64)
+REX = {"name": "Rex", "categoryId": 1, "status": "available"}
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> str:
+    """The response is the Error shape with this status and code; returns the message."""
+    assert response.status_code == status
+    assert response.headers["content-type"] == JSON
+    body = response.json()
+    assert body == {"code": code, "message": body["message"], "status": status}
+    assert isinstance(body["message"], str)
+    assert body["message"]
+    message: str = body["message"]
+    return message
+
+
+async def post_raw(
+    client: httpx.AsyncClient, body: bytes, content_type: str | None = JSON
+) -> httpx.Response:
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    return await client.post("/v1/pets", content=body, headers=headers)
+
+
+async def list_all(client: httpx.AsyncClient) -> Any:
+    response = await client.get("/v1/pets", params={"limit": 100})
+    assert response.status_code == 200
+    return response.json()
+
+
+@pytest.mark.parametrize(
+    "new_pet",
+    [
+        {"name": "Rex", "categoryId": 1, "status": "available"},
+        {"name": "Tom", "categoryId": 7, "status": "pending"},
+        {"name": "Polly", "categoryId": 0, "status": "sold"},
+        {"name": "Nemo", "categoryId": -5},
+        {"status": "sold", "categoryId": 3, "name": "Ünïcødé 🐕"},
+        {"name": "x" * 1000, "categoryId": 2},
+    ],
+)
+async def test_create_is_201_with_pet_and_location(
+    client: httpx.AsyncClient, new_pet: dict[str, Any]
+) -> None:
+    """A valid NewPet is stored: 201, the Pet with id 1, and Location /v1/pets/1."""
+    response = await client.post("/v1/pets", json=new_pet)
+    assert response.status_code == 201
+    assert response.headers["content-type"] == JSON
+    assert response.headers["location"] == "/v1/pets/1"
+    assert response.json() == {"id": 1, **new_pet}
+    assert "deprecation" not in response.headers
+
+
+async def test_ids_are_assigned_1_2_3_in_increasing_order(client: httpx.AsyncClient) -> None:
+    """Successive creates get ids 1, 2, 3 and matching Locations."""
+    for expected_id, name in enumerate(["Rex", "Tom", "Polly"], 1):
+        response = await client.post("/v1/pets", json={"name": name, "categoryId": 1})
+        assert response.status_code == 201
+        assert response.json() == {"id": expected_id, "name": name, "categoryId": 1}
+        assert response.headers["location"] == f"/v1/pets/{expected_id}"
+    assert await list_all(client) == [
+        {"id": 1, "name": "Rex", "categoryId": 1},
+        {"id": 2, "name": "Tom", "categoryId": 1},
+        {"id": 3, "name": "Polly", "categoryId": 1},
+    ]
+
+
+async def test_location_leads_to_the_created_pet(client: httpx.AsyncClient) -> None:
+    """GET on the Location answers the same Pet as the 201."""
+    created = await client.post("/v1/pets", json=REX)
+    fetched = await client.get(created.headers["location"])
+    assert fetched.status_code == 200
+    assert fetched.json() == created.json() == {"id": 1, **REX}
+
+
+async def test_omitted_status_stays_omitted_everywhere(client: httpx.AsyncClient) -> None:
+    """A pet created without status has no status key in createPet, getPet or listPets."""
+    created = await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1})
+    assert created.status_code == 201
+    assert created.json() == {"id": 1, "name": "Rex", "categoryId": 1}
+    fetched = await client.get("/v1/pets/1")
+    assert fetched.status_code == 200
+    assert fetched.json() == {"id": 1, "name": "Rex", "categoryId": 1}
+    assert await list_all(client) == [{"id": 1, "name": "Rex", "categoryId": 1}]
+
+
+@pytest.mark.parametrize("status", ["available", "pending", "sold"])
+async def test_pet_without_status_matches_no_status_filter(
+    client: httpx.AsyncClient, status: str
+) -> None:
+    """A pet created without status is listed unfiltered but by no status filter."""
+    await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1})
+    await client.post("/v1/pets", json={"name": "Tom", "categoryId": 1, "status": status})
+    response = await client.get("/v1/pets", params={"status": status})
+    assert response.status_code == 200
+    assert response.json() == [{"id": 2, "name": "Tom", "categoryId": 1, "status": status}]
+
+
+@pytest.mark.parametrize(
+    ("literal", "expected"),
+    [
+        ("1.0", 1),
+        ("-0.0", 0),
+        ("0.0", 0),
+        ("1e2", 100),
+        ("2.5e1", 25),
+        ("-3.00", -3),
+        ("9223372036854775807", 2**63 - 1),
+        ("-9223372036854775808", -(2**63)),
+        ("-9.223372036854775808e18", -(2**63)),
+    ],
+)
+async def test_integral_number_is_accepted_as_that_integer(
+    client: httpx.AsyncClient, literal: str, expected: int
+) -> None:
+    """A categoryId with a zero fraction (1.0, -0.0, 1e2) and the int64 bounds are integers."""
+    body = b'{"name": "Rex", "categoryId": ' + literal.encode() + b"}"
+    response = await post_raw(client, body)
+    assert response.status_code == 201
+    assert response.json() == {"id": 1, "name": "Rex", "categoryId": expected}
+    assert type(response.json()["categoryId"]) is int  # 1, not 1.0
+    fetched = (await client.get("/v1/pets/1")).json()
+    assert fetched == {"id": 1, "name": "Rex", "categoryId": expected}
+    assert type(fetched["categoryId"]) is int
+
+
+INVALID_BODIES = [
+    # Not JSON at all: malformed_json.
+    pytest.param(b'{"name": "Rex", "categoryId": 1', "malformed_json", "", id="truncated-object"),
+    pytest.param(b'{"name": "Re', "malformed_json", "", id="truncated-string"),
+    pytest.param(b'{"name": "Rex", "categoryId": 1}x', "malformed_json", "", id="trailing-garbage"),
+    pytest.param(b'{"name": "Rex", "categoryId": 1}{}', "malformed_json", "", id="two-objects"),
+    pytest.param(b'{"name": "Rex", "categoryId": NaN}', "malformed_json", "", id="NaN"),
+    pytest.param(b'{"name": "Rex", "categoryId": Infinity}', "malformed_json", "", id="Infinity"),
+    pytest.param(b'{"name": "Rex", "categoryId": -Infinity}', "malformed_json", "", id="-Infinity"),
+    pytest.param(b"NaN", "malformed_json", "", id="bare-NaN"),
+    pytest.param(
+        b'{"name": "R\xffx", "categoryId": 1}', "malformed_json", "", id="bad-utf8-in-str"
+    ),
+    pytest.param(
+        b'{"name": "Rex",\xff "categoryId": 1}', "malformed_json", "", id="bad-utf8-outside"
+    ),
+    pytest.param(
+        b'{"n\xe4me": "Rex", "categoryId": 1}', "malformed_json", "", id="bad-utf8-in-key"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": "sold\xc3"}',
+        "malformed_json",
+        "",
+        id="truncated-utf8-sequence",
+    ),
+    pytest.param(
+        b'{"name": "\xed\xa0\x80", "categoryId": 1}', "malformed_json", "", id="utf8-surrogate"
+    ),
+    pytest.param(
+        b'{"name": "\xc0\xaf", "categoryId": 1}', "malformed_json", "", id="overlong-utf8"
+    ),
+    pytest.param(
+        b'\xef\xbb\xbf{"name": "Rex", "categoryId": 1}', "malformed_json", "", id="utf8-bom"
+    ),
+    pytest.param(
+        '{"name": "Rex", "categoryId": 1}'.encode("utf-16"), "malformed_json", "", id="utf16"
+    ),
+    pytest.param(b"", "malformed_json", "", id="empty"),
+    pytest.param(b"  \r\n\t", "malformed_json", "", id="whitespace-only"),
+    pytest.param(b"{'name': 'Rex', 'categoryId': 1}", "malformed_json", "", id="single-quotes"),
+    pytest.param(b'{"name": "Rex", /* c */ "categoryId": 1}', "malformed_json", "", id="comment"),
+    pytest.param(
+        b'// c\n{"name": "Rex", "categoryId": 1}', "malformed_json", "", id="line-comment"
+    ),
+    pytest.param(b'{"name": "Rex", "categoryId": 1,}', "malformed_json", "", id="trailing-comma"),
+    pytest.param(b'{name: "Rex", categoryId: 1}', "malformed_json", "", id="unquoted-keys"),
+    pytest.param(
+        b'{"name": "R\nx", "categoryId": 1}', "malformed_json", "", id="raw-newline-in-str"
+    ),
+    pytest.param(b'{"name": "Rex", "categoryId": 0x1}', "malformed_json", "", id="hex-number"),
+    pytest.param(b'{"name": "Rex", "categoryId": 01}', "malformed_json", "", id="leading-zero"),
+    pytest.param(b'{"name": "Rex", "categoryId": +1}', "malformed_json", "", id="plus-sign"),
+    pytest.param(b'{"name": "Rex", "categoryId": .5}', "malformed_json", "", id="no-int-part"),
+    pytest.param(b'{"name": "Rex", "categoryId": 1.}', "malformed_json", "", id="no-fraction"),
+    pytest.param(b"name=Rex&categoryId=1", "malformed_json", "", id="form-encoded"),
+    # JSON, but not a NewPet: validation_error, the message naming the field.
+    pytest.param(b'{"categoryId": 1}', "validation_error", "`name`", id="missing-name"),
+    pytest.param(b'{"name": "Rex"}', "validation_error", "`categoryId`", id="missing-categoryId"),
+    pytest.param(b"{}", "validation_error", "required field", id="empty-object"),
+    pytest.param(b'{"name": null, "categoryId": 1}', "validation_error", "$.name", id="null-name"),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": null}', "validation_error", "$.categoryId", id="null-cat"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": null}',
+        "validation_error",
+        "$.status",
+        id="null-status",
+    ),
+    pytest.param(b'{"name": 1, "categoryId": 1}', "validation_error", "$.name", id="name-int"),
+    pytest.param(b'{"name": true, "categoryId": 1}', "validation_error", "$.name", id="name-bool"),
+    pytest.param(b'{"name": ["R"], "categoryId": 1}', "validation_error", "$.name", id="name-list"),
+    pytest.param(b'{"name": {}, "categoryId": 1}', "validation_error", "$.name", id="name-object"),
+    pytest.param(b'{"name": "", "categoryId": 1}', "validation_error", "$.name", id="name-empty"),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": "1"}', "validation_error", "$.categoryId", id="cat-string"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": true}', "validation_error", "$.categoryId", id="cat-true"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": false}', "validation_error", "$.categoryId", id="cat-false"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1.5}', "validation_error", "$.categoryId", id="cat-1.5"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 9223372036854775808}',
+        "validation_error",
+        "$.categoryId",
+        id="cat-2**63",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": -9223372036854775809}',
+        "validation_error",
+        "$.categoryId",
+        id="cat--2**63-1",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 99999999999999999999999999999999}',
+        "validation_error",
+        "$.categoryId",
+        id="cat-huge-int",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1e19}', "validation_error", "$.categoryId", id="cat-1e19"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1e400}', "validation_error", "$.categoryId", id="cat-1e400"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": -1e400}',
+        "validation_error",
+        "$.categoryId",
+        id="cat--1e400",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": [1]}', "validation_error", "$.categoryId", id="cat-list"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": {}}', "validation_error", "$.categoryId", id="cat-object"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": "Available"}',
+        "validation_error",
+        "$.status",
+        id="status-wrong-case",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": ""}',
+        "validation_error",
+        "$.status",
+        id="status-empty",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": 1}',
+        "validation_error",
+        "$.status",
+        id="status-int",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": "unknown"}',
+        "validation_error",
+        "$.status",
+        id="status-unknown",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": " sold"}',
+        "validation_error",
+        "$.status",
+        id="status-padded",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "status": ["sold"]}',
+        "validation_error",
+        "$.status",
+        id="status-list",
+    ),
+    pytest.param(b"[]", "validation_error", "object", id="body-empty-array"),
+    pytest.param(
+        b'[{"name": "Rex", "categoryId": 1}]', "validation_error", "object", id="body-array"
+    ),
+    pytest.param(b'"Rex"', "validation_error", "object", id="body-string"),
+    pytest.param(b"1", "validation_error", "object", id="body-number"),
+    pytest.param(b"null", "validation_error", "object", id="body-null"),
+    pytest.param(b"true", "validation_error", "object", id="body-true"),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "color": "brown"}',
+        "validation_error",
+        "`color`",
+        id="unknown-field",
+    ),
+    pytest.param(
+        b'{"id": 7, "name": "Rex", "categoryId": 1}', "validation_error", "`id`", id="id-field"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "x": "\xff"}',
+        "validation_error",
+        "`x`",
+        id="unknown-field-bad-utf8-value",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "code", "needle"), INVALID_BODIES)
+async def test_invalid_body_is_400_and_stores_nothing(
+    client: httpx.AsyncClient, body: bytes, code: str, needle: str
+) -> None:
+    """A body that is not JSON is malformed_json, one that is not a NewPet validation_error."""
+    first = await client.post("/v1/pets", json=REX)
+    assert first.status_code == 201
+    response = await post_raw(client, body)
+    message = assert_error(response, 400, code)
+    assert needle in message
+    assert "location" not in response.headers
+    assert await list_all(client) == [{"id": 1, **REX}]
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [
+        pytest.param("1e-400", id="underflows-to-0"),
+        pytest.param("1.0000000000000001", id="rounds-to-1"),
+        pytest.param("9007199254740993.5", id="rounds-to-integral-float"),
+    ],
+)
+async def test_fraction_lost_to_float_rounding_is_still_not_an_integer(
+    client: httpx.AsyncClient, literal: str
+) -> None:
+    """A categoryId whose fraction is not zero is refused, even where a float would drop it."""
+    response = await post_raw(client, b'{"name": "Rex", "categoryId": ' + literal.encode() + b"}")
+    assert "$.categoryId" in assert_error(response, 400, "validation_error")
+    assert await list_all(client) == []
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json; charset=latin-1",
+        "application/json; charset=utf-16",
+        "application/jsonx",
+        "text/json",
+        "",
+    ],
+)
+async def test_content_type_other_than_json_is_415(
+    client: httpx.AsyncClient, content_type: str | None
+) -> None:
+    """A body not declared as UTF-8 application/json is 415 unsupported_media_type."""
+    response = await post_raw(client, json.dumps(REX).encode(), content_type)
+    assert_error(response, 415, "unsupported_media_type")
+    assert await list_all(client) == []
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json",
+        "application/json; charset=utf-8",
+        "application/json;charset=UTF-8",
+        'application/json; charset="utf-8"',
+        "Application/JSON",
+        "APPLICATION/JSON; CHARSET=UTF-8",
+    ],
+)
+async def test_json_content_type_variants_are_accepted(
+    client: httpx.AsyncClient, content_type: str
+) -> None:
+    """application/json in any case, with a UTF-8 charset parameter, is accepted."""
+    response = await post_raw(client, json.dumps(REX).encode(), content_type)
+    assert response.status_code == 201
+    assert response.json() == {"id": 1, **REX}
+
+
+def body_of_size(size: int) -> bytes:
+    """A valid NewPet body exactly `size` bytes long."""
+    frame = b'{"name": "", "categoryId": 1}'
+    return frame.replace(b'""', b'"' + b"x" * (size - len(frame)) + b'"')
+
+
+async def chunks(body: bytes, read: list[int], size: int = 16) -> AsyncIterator[bytes]:
+    """`body` in pieces, counting in `read` how many the service pulled."""
+    for start in range(0, len(body), size):
+        read.append(start)
+        yield body[start : start + size]
+
+
+@pytest.mark.parametrize("settings", [SMALL_BODY], ids=["max_body=64"])
+async def test_body_exactly_at_the_limit_is_accepted(client: httpx.AsyncClient) -> None:
+    """A body of exactly max_body bytes is stored."""
+    body = body_of_size(64)
+    assert len(body) == 64
+    response = await post_raw(client, body)
+    assert response.status_code == 201
+    assert response.json() == {"id": 1, "name": "x" * 35, "categoryId": 1}
+
+
+@pytest.mark.parametrize("settings", [SMALL_BODY], ids=["max_body=64"])
+async def test_body_over_the_limit_with_content_length_is_413(client: httpx.AsyncClient) -> None:
+    """A Content-Length over max_body is 413 payload_too_large with Connection: close."""
+    response = await post_raw(client, body_of_size(65))
+    assert_error(response, 413, "payload_too_large")
+    assert response.headers["connection"] == "close"
+    assert await list_all(client) == []
+
+
+@pytest.mark.parametrize("settings", [SMALL_BODY], ids=["max_body=64"])
+async def test_declared_length_over_the_limit_is_413_before_reading(
+    client: httpx.AsyncClient,
+) -> None:
+    """A Content-Length over max_body is answered at once, without reading the body."""
+    read: list[int] = []
+    body = body_of_size(4096)
+    response = await client.post(
+        "/v1/pets",
+        content=chunks(body, read),
+        headers={"Content-Type": JSON, "Content-Length": str(len(body))},
+    )
+    assert_error(response, 413, "payload_too_large")
+    assert response.headers["connection"] == "close"
+    assert read == []
+    assert await list_all(client) == []
+
+
+@pytest.mark.parametrize("settings", [SMALL_BODY], ids=["max_body=64"])
+async def test_streamed_body_over_the_limit_is_413_without_reading_it_all(
+    client: httpx.AsyncClient,
+) -> None:
+    """A chunked body is cut off with 413 as soon as it passes max_body, not read to its end."""
+    read: list[int] = []
+    response = await client.post(
+        "/v1/pets", content=chunks(body_of_size(4096), read), headers={"Content-Type": JSON}
+    )
+    assert_error(response, 413, "payload_too_large")
+    assert response.headers["connection"] == "close"
+    assert len(read) <= 64 // 16 + 1
+    assert await list_all(client) == []
+
+
+@pytest.mark.parametrize("settings", [SMALL_BODY], ids=["max_body=64"])
+async def test_streamed_body_within_the_limit_is_accepted(client: httpx.AsyncClient) -> None:
+    """A chunked body of max_body bytes is read whole and stored."""
+    read: list[int] = []
+    response = await client.post(
+        "/v1/pets", content=chunks(body_of_size(64), read), headers={"Content-Type": JSON}
+    )
+    assert response.status_code == 201
+    assert response.json() == {"id": 1, "name": "x" * 35, "categoryId": 1}
+
+
+async def test_concurrent_creates_get_distinct_ids(client: httpx.AsyncClient) -> None:
+    """Fifty creates at once get the ids 1..50, each once, and all are listed."""
+    responses = await asyncio.gather(
+        *(client.post("/v1/pets", json={"name": f"pet{n}", "categoryId": n}) for n in range(50))
+    )
+    assert [response.status_code for response in responses] == [201] * 50
+    ids = sorted(response.json()["id"] for response in responses)
+    assert ids == list(range(1, 51))
+    for response in responses:
+        pet = response.json()
+        assert response.headers["location"] == f"/v1/pets/{pet['id']}"
+    listed = await list_all(client)
+    assert [pet["id"] for pet in listed] == list(range(1, 51))
+    assert sorted(listed, key=lambda pet: pet["categoryId"]) == sorted(
+        (response.json() for response in responses), key=lambda pet: pet["categoryId"]
+    )
