@@ -50,7 +50,14 @@ from schemas import (
     openapi_document,
     seed_decoder,
 )
-from store import DataFileError, FileStore, MemoryStore, PetStore, StorageUnavailable
+from store import (
+    DataFileError,
+    FileStore,
+    MemoryStore,
+    PetStore,
+    StorageUnavailable,
+    seed_pets,
+)
 
 logger = logging.getLogger("petstore")
 
@@ -695,6 +702,11 @@ def _read_seed(path: str) -> list[SeedPet]:
 def open_store(settings: Settings) -> PetStore:
     """The store the settings ask for, loaded and seeded; SettingsError says why it can't be."""
     seed = _read_seed(settings.seed) if settings.seed is not None else None
+    if seed is not None:
+        try:
+            seed_pets(seed, last_id=0)  # a bad seed stops the start before any file is made
+        except ValueError as error:
+            raise SettingsError(f"seed file {settings.seed}: {error}") from None
     try:
         store: PetStore = MemoryStore() if settings.data is None else FileStore(settings.data)
     except DataFileError as error:

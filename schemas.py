@@ -153,7 +153,6 @@ new_pet_decoder: Final = msgspec.json.Decoder(
     NewPet, dec_hook=decode_hook, float_hook=decimal.Decimal
 )
 pet_decoder: Final = msgspec.json.Decoder(Pet)
-pets_decoder: Final = msgspec.json.Decoder(list[Pet])
 seed_decoder: Final = msgspec.json.Decoder(
     list[SeedPet], dec_hook=decode_hook, float_hook=decimal.Decimal
 )
