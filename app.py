@@ -28,6 +28,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from schemas import (
@@ -835,7 +836,9 @@ def __getattr__(name: str) -> Any:
         app = _build(settings)
     except SettingsError as error:
         print(f"petstore: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        # uvicorn's own code for a start that failed: its --workers supervisor then stops
+        # instead of starting the worker again and again.
+        raise SystemExit(STARTUP_FAILURE) from None
     globals()["app"] = app
     return app
 

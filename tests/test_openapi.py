@@ -1,0 +1,331 @@
+"""The OpenAPI document: valid 3.1, faithful to SPEC.md and CONTRACT.md, true of the service."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openapi_spec_validator import OpenAPIV31SpecValidator, validate
+from starlette.applications import Starlette
+
+from app import Settings
+from tests.conftest import KEY, ServerFactory
+
+ERROR_CODES = {
+    "unauthorized",
+    "malformed_json",
+    "validation_error",
+    "not_found",
+    "method_not_allowed",
+    "unsupported_media_type",
+    "payload_too_large",
+    "storage_unavailable",
+    "internal_error",
+}
+OPERATIONS = {
+    ("/pets", "get"): "listPets",
+    ("/pets", "post"): "createPet",
+    ("/pets/{petId}", "get"): "getPet",
+}
+DEPRECATION_HEADERS = {"Deprecation", "Sunset", "Link"}
+
+
+@pytest.fixture
+async def document(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+    """The document as the in-process app serves it, fetched without a credential."""
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://petstore") as client,
+    ):
+        response = await client.get("/v1/openapi.json")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/json"
+    served: dict[str, Any] = response.json()
+    yield served
+
+
+def resolve(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """Follow local `$ref`s (`#/components/...`) until a node that is not a reference."""
+    while "$ref" in node:
+        target: Any = document
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def operation(document: dict[str, Any], operation_id: str) -> dict[str, Any]:
+    for (path, method), name in OPERATIONS.items():
+        if name == operation_id:
+            found: dict[str, Any] = document["paths"][path][method]
+            return found
+    raise AssertionError(f"no operation {operation_id}")
+
+
+def error_schema_refs(document: dict[str, Any], response: dict[str, Any]) -> set[str]:
+    """The `$ref`s a response's JSON schema is built from (itself, or the parts of an allOf)."""
+    schema = response["content"]["application/json"]["schema"]
+    parts = schema.get("allOf", [schema])
+    return {part["$ref"] for part in parts if "$ref" in part}
+
+
+@pytest.mark.anyio
+async def test_document_is_valid_openapi_31(document: dict[str, Any]) -> None:
+    """The served document passes the OpenAPI 3.1 validator."""
+    assert document["openapi"].startswith("3.1.")
+    validate(document, cls=OpenAPIV31SpecValidator)
+
+
+@pytest.mark.anyio
+async def test_document_holds_exactly_the_three_operations_tagged_animals(
+    document: dict[str, Any],
+) -> None:
+    """listPets, createPet and getPet, each tagged `animals`, and no other operation."""
+    found = {
+        (path, method): spec["operationId"]
+        for path, item in document["paths"].items()
+        for method, spec in item.items()
+    }
+    assert found == OPERATIONS
+    assert {name: operation(document, name)["tags"] for name in OPERATIONS.values()} == {
+        "listPets": ["animals"],
+        "createPet": ["animals"],
+        "getPet": ["animals"],
+    }
+    assert [tag["name"] for tag in document["tags"]] == ["animals"]
+
+
+@pytest.mark.anyio
+async def test_store_orders_is_not_in_the_document(document: dict[str, Any]) -> None:
+    """`/store/orders` is not an operation of this service."""
+    assert not [path for path in document["paths"] if "store" in path or "orders" in path]
+
+
+@pytest.mark.anyio
+async def test_every_operation_needs_the_bearer_scheme(document: dict[str, Any]) -> None:
+    """One security scheme, `bearerAuth` (HTTP bearer), required everywhere."""
+    assert document["security"] == [{"bearerAuth": []}]
+    schemes = document["components"]["securitySchemes"]
+    assert list(schemes) == ["bearerAuth"]
+    assert (schemes["bearerAuth"]["type"], schemes["bearerAuth"]["scheme"]) == ("http", "bearer")
+    overrides = {
+        name: operation(document, name)["security"]
+        for name in OPERATIONS.values()
+        if "security" in operation(document, name)
+    }
+    assert all(value == [{"bearerAuth": []}] for value in overrides.values()), overrides
+
+
+@pytest.mark.anyio
+async def test_only_get_pet_is_deprecated(document: dict[str, Any]) -> None:
+    """getPet is `deprecated: true`; listPets and createPet are not deprecated."""
+    assert {
+        name: operation(document, name).get("deprecated", False) for name in OPERATIONS.values()
+    } == {"listPets": False, "createPet": False, "getPet": True}
+
+
+@pytest.mark.anyio
+async def test_info_version_is_1_0_0(document: dict[str, Any]) -> None:
+    """The interface description carries the version number 1.0.0."""
+    assert document["info"]["version"] == "1.0.0"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("settings", "url"),
+    [
+        pytest.param(Settings(api_keys=(KEY,)), "/v1", id="no-root-path"),
+        pytest.param(Settings(api_keys=(KEY,), root_path="/api"), "/api/v1", id="root-path"),
+    ],
+)
+async def test_servers_url_is_the_version_segment_under_the_root_path(
+    document: dict[str, Any], url: str
+) -> None:
+    """`servers` is `/v1`, with the configured root path in front of it."""
+    assert document["servers"] == [{"url": url}]
+
+
+@pytest.mark.anyio
+async def test_error_schema_lists_exactly_the_nine_codes(document: dict[str, Any]) -> None:
+    """The Error schema: code (the nine codes of CONTRACT.md), message, status; all required."""
+    error = resolve(document, document["components"]["schemas"]["Error"])
+    code = resolve(document, error["properties"]["code"])
+    assert len(code["enum"]) == len(ERROR_CODES)
+    assert set(code["enum"]) == ERROR_CODES
+    assert error["properties"]["message"]["type"] == "string"
+    assert error["properties"]["status"]["type"] == "integer"
+    assert sorted(error["required"]) == ["code", "message", "status"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("operation_id", "statuses"),
+    [
+        ("listPets", {"200", "400", "401"}),
+        ("createPet", {"201", "400", "401", "413", "415", "503"}),
+        ("getPet", {"200", "400", "401", "404"}),
+    ],
+)
+async def test_operation_lists_every_status_the_contract_names(
+    document: dict[str, Any], operation_id: str, statuses: set[str]
+) -> None:
+    """Each status CONTRACT.md names for an operation is a documented response."""
+    responses = operation(document, operation_id)["responses"]
+    assert statuses <= set(responses), sorted(responses)
+
+
+@pytest.mark.anyio
+async def test_every_error_response_is_the_error_shape(document: dict[str, Any]) -> None:
+    """Every non-2xx response of every operation has an Error body."""
+    not_error = {
+        (name, status): error_schema_refs(document, response)
+        for name in OPERATIONS.values()
+        for status, response in operation(document, name)["responses"].items()
+        if not status.startswith("2")
+        and "#/components/schemas/Error" not in error_schema_refs(document, response)
+    }
+    assert not_error == {}
+
+
+def response_headers(document: dict[str, Any], response: dict[str, Any]) -> dict[str, bool]:
+    """A response's header names, each with whether it is `required`."""
+    return {
+        name: bool(resolve(document, header).get("required", False))
+        for name, header in response.get("headers", {}).items()
+    }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("operation_id", "status", "headers"),
+    [
+        ("createPet", "201", {"Location": True}),
+        # Absent on the last page, so not required.
+        ("listPets", "200", {"Link": False}),
+        ("listPets", "401", {"WWW-Authenticate": True}),
+        ("createPet", "401", {"WWW-Authenticate": True}),
+        ("getPet", "401", {"WWW-Authenticate": True}),
+    ],
+)
+async def test_response_documents_the_contract_headers(
+    document: dict[str, Any], operation_id: str, status: str, headers: dict[str, bool]
+) -> None:
+    """Location on 201, Link on listPets' 200, WWW-Authenticate on every 401."""
+    response = operation(document, operation_id)["responses"][status]
+    documented = response_headers(document, response)
+    assert {name: documented.get(name) for name in headers} == headers
+
+
+@pytest.mark.anyio
+async def test_every_get_pet_response_documents_the_deprecation_headers(
+    document: dict[str, Any],
+) -> None:
+    """Deprecation, Sunset and Link are required headers of every getPet response."""
+    responses = operation(document, "getPet")["responses"]
+    missing = {
+        status: DEPRECATION_HEADERS - {n for n, req in response_headers(document, r).items() if req}
+        for status, r in responses.items()
+    }
+    assert missing == {status: set() for status in responses}
+
+
+@pytest.mark.anyio
+async def test_list_parameters_carry_the_limits(document: dict[str, Any]) -> None:
+    """limit: optional integer 1..100, default 20; status: optional, one of the three values."""
+    parameters = {p["name"]: p for p in operation(document, "listPets")["parameters"]}
+    limit = parameters["limit"]
+    assert (limit["in"], limit.get("required", False)) == ("query", False)
+    assert {key: limit["schema"].get(key) for key in ("type", "minimum", "maximum", "default")} == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 100,
+        "default": 20,
+    }
+    status = parameters["status"]
+    assert (status["in"], status.get("required", False)) == ("query", False)
+    assert resolve(document, status["schema"])["enum"] == ["available", "pending", "sold"]
+
+
+@pytest.mark.anyio
+async def test_create_body_is_a_required_json_new_pet(document: dict[str, Any]) -> None:
+    """createPet takes a required JSON NewPet: name and categoryId required, no id, nothing else."""
+    body = operation(document, "createPet")["requestBody"]
+    assert body["required"] is True
+    assert list(body["content"]) == ["application/json"]
+    new_pet = resolve(document, body["content"]["application/json"]["schema"])
+    assert sorted(new_pet["properties"]) == ["categoryId", "name", "status"]
+    assert sorted(new_pet["required"]) == ["categoryId", "name"]
+    assert new_pet["additionalProperties"] is False
+    assert new_pet["properties"]["categoryId"]["format"] == "int64"
+
+
+@pytest.mark.anyio
+async def test_get_pet_path_parameter_is_a_required_int64(document: dict[str, Any]) -> None:
+    """petId: a required path parameter, integer int64."""
+    [pet_id] = operation(document, "getPet")["parameters"]
+    assert (pet_id["name"], pet_id["in"], pet_id["required"]) == ("petId", "path", True)
+    assert (pet_id["schema"]["type"], pet_id["schema"]["format"]) == ("integer", "int64")
+
+
+# Warnings fail the run: a run whose every request got 401 (a wrong key) would pass every check.
+SCHEMATHESIS_CONFIG = """\
+[warnings]
+fail-on = true
+"""
+
+
+def test_schemathesis_finds_no_failure_in_the_live_service(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """schemathesis, every check and phase, against a real process and its own document."""
+    server = start_server()
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(SCHEMATHESIS_CONFIG)
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("PETSTORE_", "SCHEMATHESIS_", "HYPOTHESIS_"))
+    }
+    environment |= {"NO_COLOR": "1", "NO_PROXY": "127.0.0.1,localhost"}
+    argv = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "--config-file",
+        str(config),
+        "run",
+        f"{server.base_url}/v1/openapi.json",
+        "--header",
+        f"Authorization: Bearer {KEY}",
+        "--checks",
+        "all",
+        "--mode",
+        "all",
+        "--phases",
+        "examples,coverage,fuzzing,stateful",
+        "--max-examples",
+        "50",
+        "--seed",
+        "20301205",
+        "--workers",
+        "1",
+        "--generation-database",
+        "none",
+        "--request-timeout",
+        "5",
+    ]
+    # cwd: schemathesis and hypothesis write their caches (.schemathesis, .hypothesis) there.
+    result = subprocess.run(
+        argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=80, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert server.process.poll() is None, server.stderr
+    assert server.stop() in (0, -15)
+    assert "Traceback" not in server.stderr, server.stderr
