@@ -14,7 +14,7 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, TextIO
 
@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.config import STARTUP_FAILURE
+from uvicorn.config import LOG_LEVELS, STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from schemas import (
@@ -64,7 +64,6 @@ logger = logging.getLogger("petstore")
 
 # --------------------------------------------------------------------------- settings
 
-LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
 # RFC 6750 b64token: what a bearer credential can carry.
 _BEARER_TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
@@ -112,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _integer(low: int, high: int) -> Any:
+def _integer(low: int, high: int) -> Callable[[str, str], int]:
     def parse(text: str, name: str) -> int:
         if not re.fullmatch(r"[0-9]+", text) or not low <= int(text) <= high:
             raise SettingsError(f"{name}: expected an integer from {low} to {high}, got {text!r}")
@@ -793,6 +792,15 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def _configure_logging(level: str) -> None:
+    """The service's own lines (warnings, errors, tracebacks) to stderr beside uvicorn's."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)-9s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(LOG_LEVELS[level])
+    logger.propagate = False
+
+
 def _build(settings: Settings) -> Starlette:
     store = open_store(settings)
     access_log = sys.stdout if settings.log_level in ("info", "debug", "trace") else None
@@ -803,6 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python app.py [flags]`: serve until SIGTERM or Ctrl-C."""
     try:
         settings = load_settings(sys.argv[1:] if argv is None else argv, os.environ)
+        _configure_logging(settings.log_level)
         settings = with_key(settings, sys.stdout)
         app = _build(settings)
     except SettingsError as error:
@@ -828,7 +837,9 @@ def __getattr__(name: str) -> Any:
     if name != "app":
         raise AttributeError(name)
     try:
-        settings = with_key(load_settings([], os.environ), sys.stdout)
+        settings = load_settings([], os.environ)
+        _configure_logging(settings.log_level)
+        settings = with_key(settings, sys.stdout)
         if multiprocessing.parent_process() is not None and settings.data is None:
             raise SettingsError(
                 "several workers would each keep their own in-memory pets: run one worker"
