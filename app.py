@@ -515,25 +515,28 @@ def _is_json(content_type: str | None) -> bool:
     return True
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refused early (by Content-Length) or as soon as it passes `limit`."""
-    too_large = Refused(
+def _too_large(limit: int) -> Refused:
+    return Refused(
         413,
         ErrorCode.PAYLOAD_TOO_LARGE,
         f"The body is over the limit of {limit} bytes",
         # Close the connection rather than read the rest of a body we won't use.
         {"Connection": "close"},
     )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refused early (by Content-Length) or as soon as it passes `limit`."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
+        raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise too_large
+                raise _too_large(limit)
             chunks.append(chunk)
     except ClientDisconnect:
         raise Refused(400, ErrorCode.MALFORMED_JSON, "The body ended early") from None
@@ -727,35 +730,41 @@ def open_store(settings: Settings) -> PetStore:
 class StallGuard(HttpToolsProtocol):
     """uvicorn's HTTP protocol, plus a deadline: a client gets `client_timeout` seconds to send
     a whole request head, and its body may not stall longer than that. uvicorn alone waits
-    forever, which lets a slowloris client hold connections open."""
+    forever, which lets a slowloris client hold connections open.
+
+    Moving the deadline is a float assignment; one timer a connection checks it when due and
+    schedules itself again if the deadline moved (a timer a request would cost far more).
+    """
 
     client_timeout: float = 10.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.client_timeout, self._stalled)
+        self._deadline = self.loop.time() + self.client_timeout
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._check)
 
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _stalled(self) -> None:
-        self._deadline = None
-        if not self.transport.is_closing():
-            self.logger.info("closing a connection that stalled for %.1fs", self.client_timeout)
-            self.transport.close()
+    def _check(self) -> None:
+        self._timer = None
+        if self._deadline is None or self.transport.is_closing():
+            return
+        if self.loop.time() < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._check)
+            return
+        self.logger.info("closing a connection that stalled for %.1fs", self.client_timeout)
+        self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -773,7 +782,7 @@ class StallGuard(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._disarm()
+        self._deadline = None  # a whole request is in: the timer, when due, does nothing
 
 
 def _guard(timeout: float) -> type[StallGuard]:

@@ -201,19 +201,29 @@ def _split_torn_tail(data: bytes) -> int:
     return end
 
 
+_CHUNK = 1 << 20  # bytes of records decoded at a time: a million lines never sit in memory
+
+
 def _parse_records(path: str, records: bytes) -> list[Pet]:
     """Every line a Pet, ids strictly increasing; else DataFileError naming the line."""
-    lines = records.split(b"\n")[:-1]
-    try:
-        pets = list(map(pet_decoder.decode, lines))  # the fast way; on failure, find the line
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        for number, line in enumerate(lines, 1):
-            try:
-                pet_decoder.decode(line)
-            except (msgspec.DecodeError, UnicodeDecodeError) as error:
-                reason = str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
-                raise DataFileError(f"{path}, line {number}: not a Pet: {reason}") from None
-        raise
+    pets: list[Pet] = []
+    start = 0
+    while start < len(records):
+        end = records.find(b"\n", start + _CHUNK) + 1 or len(records)
+        lines = records[start:end].split(b"\n")[:-1]
+        try:
+            pets += list(map(pet_decoder.decode, lines))  # the fast way; on failure, find the line
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            for number, line in enumerate(lines, len(pets) + 1):
+                try:
+                    pet_decoder.decode(line)
+                except (msgspec.DecodeError, UnicodeDecodeError) as error:
+                    reason = (
+                        str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
+                    )
+                    raise DataFileError(f"{path}, line {number}: not a Pet: {reason}") from None
+            raise
+        start = end
     last_id = 0
     for number, pet in enumerate(pets, 1):
         if pet.id <= last_id:
