@@ -15,9 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
-from app import Settings, create_app
+from app import Petstore, Settings, create_app
 from store import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,12 +40,12 @@ def access_log() -> io.StringIO:
 
 
 @pytest.fixture
-def app(settings: Settings, access_log: io.StringIO) -> Starlette:
+def app(settings: Settings, access_log: io.StringIO) -> Petstore:
     return create_app(settings, MemoryStore(), access_log=access_log)
 
 
 @pytest.fixture
-async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+async def client(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """An authenticated client of the in-process app, lifespan started."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (

@@ -8,9 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
-from app import Settings, create_app
+from app import Petstore, Settings, create_app
 from store import MemoryStore, StorageUnavailable
 from tests.conftest import AUTH
 
@@ -28,7 +27,7 @@ def store() -> MemoryStore:
 
 
 @pytest.fixture
-def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Starlette:
+def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Petstore:
     """The app over a store the test can reach."""
     return create_app(settings, store, access_log=access_log)
 
@@ -141,7 +140,7 @@ TOO_LARGE = b" " * (2**20 + 1)
     ],
 )
 async def test_every_error_body_repeats_the_http_status(
-    app: Starlette,
+    app: Petstore,
     client: httpx.AsyncClient,
     *,
     method: str,
@@ -218,7 +217,7 @@ async def test_healthz_and_readyz_are_200_once_started(client: httpx.AsyncClient
 
 
 @pytest.fixture
-async def unstarted(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+async def unstarted(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app whose lifespan has not run: the store is not loaded."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://petstore") as c:
@@ -232,7 +231,7 @@ async def test_readyz_is_503_before_startup(unstarted: httpx.AsyncClient) -> Non
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
 
 
-async def test_readyz_is_503_after_shutdown(app: Starlette) -> None:
+async def test_readyz_is_503_after_shutdown(app: Petstore) -> None:
     """Once the lifespan has ended (shutting down), /readyz is 503 again."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://petstore") as c:

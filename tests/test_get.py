@@ -7,9 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
-from app import Settings, create_app
+from app import Petstore, Settings, create_app
 from store import MemoryStore
 from tests.conftest import KEY
 
@@ -28,7 +27,7 @@ def store() -> MemoryStore:
 
 
 @pytest.fixture
-def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Starlette:
+def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Petstore:
     """The app over a store the test can reach."""
     return create_app(settings, store, access_log=access_log)
 

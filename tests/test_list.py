@@ -8,9 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
-from app import Settings
+from app import Petstore, Settings
 from tests.conftest import AUTH, KEY
 
 pytestmark = pytest.mark.anyio
@@ -263,7 +262,7 @@ async def test_root_path_prefixes_the_next_link(client: httpx.AsyncClient) -> No
 
 
 @pytest.fixture
-async def api_client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+async def api_client(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a server that sets root_path /api itself (uvicorn --root-path)."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, root_path="/api")
     async with (

@@ -12,9 +12,8 @@ from typing import Any
 import httpx
 import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
-from starlette.applications import Starlette
 
-from app import Settings
+from app import Petstore, Settings
 from tests.conftest import KEY, ServerFactory
 
 ERROR_CODES = {
@@ -37,7 +36,7 @@ DEPRECATION_HEADERS = {"Deprecation", "Sunset", "Link"}
 
 
 @pytest.fixture
-async def document(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+async def document(app: Petstore) -> AsyncIterator[dict[str, Any]]:
     """The document as the in-process app serves it, fetched without a credential."""
     transport = httpx.ASGITransport(app=app)
     async with (
