@@ -215,9 +215,26 @@ def with_key(settings: Settings, out: TextIO) -> Settings:
 
 
 class JSONResponse(Response):
-    """A response whose body is already JSON bytes."""
+    """A response whose body is already JSON bytes. Its header list is built here directly,
+    a third of the cost of Starlette's general-purpose __init__ on every request."""
 
     media_type = "application/json"
+
+    def __init__(
+        self, body: bytes, status_code: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.body = body
+        self.status_code = status_code
+        self.background = None
+        self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_CONTENT_TYPE]
+        if headers:
+            self.raw_headers += [
+                (name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in headers.items()
+            ]
+
+
+_JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
 
 
 def error_response(
@@ -305,12 +322,12 @@ class IndexedRouter(Router):
         super().__init__(routes, redirect_slashes=False, default=not_found, **kwargs)
         self.static = {route.path: route for route in routes if not route.param_convertors}
 
-    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (route := self.static.get(_route_path(scope))):
             scope["route"] = route
-            await route.handle(scope, receive, send)
+            await route.app(scope, receive, send)  # methods=None: the Endpoint checks them
             return
-        await super().app(scope, receive, send)
+        await self.app(scope, receive, send)
 
     def headers_for(self, scope: Scope) -> RawHeaders:
         """The headers the endpoint at this path adds to its responses (for a 401 there)."""
@@ -453,6 +470,7 @@ class BearerAuth:
 # --------------------------------------------------------------------------- handlers
 
 _DIGITS: Final = re.compile(r"[0-9]{1,19}")
+_STATUS_BY_VALUE: Final = {status.value: status for status in PetStatus}
 _SIGNED_DIGITS: Final = re.compile(r"-?[0-9]{1,19}")
 
 
@@ -489,11 +507,10 @@ def _list_query(params: Mapping[str, list[str]]) -> tuple[int, PetStatus | None,
             )
         limit = int(text)
     if (text := _single(params, "status")) is not None:
-        try:
-            status = PetStatus(text)
-        except ValueError:
-            allowed = ", ".join(status.value for status in PetStatus)
-            raise _invalid(f"Query parameter `status` must be one of {allowed}") from None
+        status = _STATUS_BY_VALUE.get(text)
+        if status is None:
+            allowed = ", ".join(_STATUS_BY_VALUE)
+            raise _invalid(f"Query parameter `status` must be one of {allowed}")
     if (text := _single(params, "after")) is not None:
         if not _DIGITS.fullmatch(text) or int(text) > INT64_MAX:
             raise _invalid(f"Query parameter `after` must be an integer from 0 to {INT64_MAX}")
