@@ -23,7 +23,7 @@ import msgspec
 import uvicorn
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match, Route, Router
+from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import LOG_LEVELS, STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -214,24 +214,20 @@ def with_key(settings: Settings, out: TextIO) -> Settings:
 # --------------------------------------------------------------------------- responses
 
 
+RawHeaders = Sequence[tuple[bytes, bytes]]
+
+
 class JSONResponse(Response):
     """A response whose body is already JSON bytes. Its header list is built here directly,
     a third of the cost of Starlette's general-purpose __init__ on every request."""
 
     media_type = "application/json"
 
-    def __init__(
-        self, body: bytes, status_code: int = 200, headers: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, body: bytes, status_code: int = 200, headers: RawHeaders = ()) -> None:
         self.body = body
         self.status_code = status_code
         self.background = None
-        self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_CONTENT_TYPE]
-        if headers:
-            self.raw_headers += [
-                (name.lower().encode("latin-1"), value.encode("latin-1"))
-                for name, value in headers.items()
-            ]
+        self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_CONTENT_TYPE, *headers]
 
 
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
@@ -242,7 +238,8 @@ def error_response(
 ) -> Response:
     """The Error shape, with `status` equal to the HTTP status."""
     body = encoder.encode(Error(code=code, message=message, status=status))
-    return JSONResponse(body, status_code=status, headers=headers)
+    raw = [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+    return JSONResponse(body, status, raw)
 
 
 class Refused(Exception):
@@ -268,7 +265,6 @@ INTERNAL_ERROR_MESSAGE: Final = "Internal error; the log has details"
 # --------------------------------------------------------------------------- routing
 
 Handler = Callable[[Request], Awaitable[Response]]
-RawHeaders = list[tuple[bytes, bytes]]
 
 
 class Endpoint:
@@ -315,29 +311,40 @@ async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 class IndexedRouter(Router):
-    """Starlette's Router, with a dict in front: a path without parameters is found by one
-    lookup instead of by trying each route's regex in turn (the profile's biggest item)."""
+    """Starlette's Router with an index in front: a path without parameters is found by one
+    dict lookup, and one with parameters by its route's compiled regex alone, instead of
+    Router.app's general loop over Route.matches (the profile's biggest item after uvicorn).
+    Everything else (lifespan, and the 404 of an unknown path) is Starlette's own."""
 
     def __init__(self, routes: Sequence[Route], **kwargs: Any) -> None:
         super().__init__(routes, redirect_slashes=False, default=not_found, **kwargs)
         self.static = {route.path: route for route in routes if not route.param_convertors}
+        self.dynamic = [route for route in routes if route.param_convertors]
+
+    def lookup(self, path: str) -> tuple[Route, dict[str, Any]] | None:
+        """The route that takes this path, and its path parameters."""
+        route = self.static.get(path)
+        if route is not None:
+            return route, {}
+        for route in self.dynamic:
+            if match := route.path_regex.match(path):
+                convertors = route.param_convertors
+                params = match.groupdict()
+                return route, {name: convertors[name].convert(params[name]) for name in params}
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (route := self.static.get(_route_path(scope))):
-            scope["route"] = route
-            await route.app(scope, receive, send)  # methods=None: the Endpoint checks them
+        if scope["type"] == "http" and (found := self.lookup(_route_path(scope))):
+            scope["route"], scope["path_params"] = found
+            await found[0].app(scope, receive, send)  # methods=None: the Endpoint checks them
             return
         await self.app(scope, receive, send)
 
     def headers_for(self, scope: Scope) -> RawHeaders:
         """The headers the endpoint at this path adds to its responses (for a 401 there)."""
-        route = self.static.get(_route_path(scope))
-        candidates = self.routes if route is None else [route]
-        for candidate in candidates:
-            if isinstance(candidate, Route) and candidate.matches(scope)[0] is not Match.NONE:
-                endpoint = candidate.endpoint
-                return endpoint.headers if isinstance(endpoint, Endpoint) else []
-        return []
+        found = self.lookup(_route_path(scope))
+        endpoint = found[0].endpoint if found else None
+        return endpoint.headers if isinstance(endpoint, Endpoint) else []
 
 
 # --------------------------------------------------------------------------- middleware
@@ -486,16 +493,17 @@ _SIGNED_DIGITS: Final = re.compile(r"-?[0-9]{1,19}")
 
 
 def _query(query_string: bytes) -> dict[str, list[str]]:
-    """Query parameters by name. Starlette's QueryParams costs 3 us; this, a few hundred ns."""
+    """Query parameters by name. Starlette's QueryParams costs 3 us; this, under one."""
     params: dict[str, list[str]] = {}
     if not query_string:
         return params
     text = query_string.decode("latin-1")
     if "%" in text or "+" in text:
-        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True)
-    else:
-        pairs = [(name, value) for name, _, value in (p.partition("=") for p in text.split("&"))]
-    for name, value in pairs:
+        for name, value in urllib.parse.parse_qsl(text, keep_blank_values=True):
+            params.setdefault(name, []).append(value)
+        return params
+    for pair in text.split("&"):
+        name, _, value = pair.partition("=")
         params.setdefault(name, []).append(value)
     return params
 
@@ -606,13 +614,12 @@ class PetRoutes:
     async def list_pets(self, request: Request) -> Response:
         limit, status, after = _list_query(_query(request.scope["query_string"]))
         page = await self.store.page(limit=limit, status=status, after=after)
-        headers = None
-        if page.has_more:
-            query = f"limit={limit}" + (f"&status={status.value}" if status else "")
-            root_path = request.scope.get("root_path", "")
-            link = f'<{root_path}/v1/pets?{query}&after={page.pets[-1].id}>; rel="next"'
-            headers = {"Link": link}
-        return JSONResponse(encoder.encode(page.pets), headers=headers)
+        if not page.has_more:
+            return JSONResponse(encoder.encode(page.pets))
+        query = f"limit={limit}&status={status.value}" if status else f"limit={limit}"
+        root_path = request.scope.get("root_path", "")
+        link = f'<{root_path}/v1/pets?{query}&after={page.pets[-1].id}>; rel="next"'
+        return JSONResponse(encoder.encode(page.pets), 200, [(b"link", link.encode())])
 
     async def create_pet(self, request: Request) -> Response:
         if not _is_json(request.headers.get("content-type")):
@@ -627,15 +634,16 @@ class PetRoutes:
         except StorageUnavailable as error:
             raise Refused(503, ErrorCode.STORAGE_UNAVAILABLE, str(error)) from None
         location = f"{request.scope.get('root_path', '')}/v1/pets/{pet.id}"
-        return JSONResponse(encoder.encode(pet), status_code=201, headers={"Location": location})
+        return JSONResponse(encoder.encode(pet), 201, [(b"location", location.encode())])
 
     async def get_pet(self, request: Request) -> Response:
         text: str = request.path_params["petId"]
-        if not _SIGNED_DIGITS.fullmatch(text) or not INT64_MIN <= int(text) <= INT64_MAX:
+        pet_id = int(text) if _SIGNED_DIGITS.fullmatch(text) else None
+        if pet_id is None or not INT64_MIN <= pet_id <= INT64_MAX:
             raise _invalid(f"petId must be an integer from {INT64_MIN} to {INT64_MAX}")
-        pet = await self.store.get(int(text))
+        pet = await self.store.get(pet_id)
         if pet is None:
-            raise Refused(404, ErrorCode.NOT_FOUND, f"No pet has id {int(text)}")
+            raise Refused(404, ErrorCode.NOT_FOUND, f"No pet has id {pet_id}")
         return JSONResponse(encoder.encode(pet))
 
     async def openapi(self, request: Request) -> Response:

@@ -1,7 +1,8 @@
-"""Helpers for the benchmarks: start and stop `python app.py`, drive it with wrk, print tables.
+"""Helpers for the benchmarks: start and stop servers, drive them with wrk, print tables.
 
-Every server is started through `serve()`, a context manager that kills the process on the way
-out whatever happened; the caller owns the temp dir that holds its data file and log.
+Every server is started through `spawn()` (`serve()` for `python app.py`), a context manager
+that stops the process on the way out whatever happened; the caller owns the temp dir that
+holds its data file and log.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -136,27 +137,14 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def serve(data: Path | None, log: Path, pin: Pinning) -> Iterator[Server]:
-    """Spawn `python app.py` (file store on `data`, else in memory); stopped on the way out.
+def spawn(
+    argv: Sequence[str], log: Path, port: int, environment: Mapping[str, str] | None = None
+) -> Iterator[Server]:
+    """Spawn a server that will listen on `port`, output to `log`; stopped on the way out.
 
-    It yields at once, without waiting for readiness, so the caller can time the start.
+    It yields at once, without waiting for readiness, so the caller can time the start. The
+    server must answer GET /readyz (Server.wait_ready). Started in the repository root.
     """
-    port = free_port()
-    argv = [
-        *pin.server,
-        sys.executable,
-        str(ROOT / "app.py"),
-        "--port",
-        str(port),
-        "--api-key",
-        API_KEY,
-        "--log-level",
-        "warning",
-    ]
-    if data is not None:
-        argv += ["--data", str(data)]
-    # The flags say everything: no PETSTORE_* setting of the caller's shell leaks in.
-    environment = {name: v for name, v in os.environ.items() if not name.startswith("PETSTORE_")}
     with log.open("ab") as output:
         spawned_at = time.perf_counter()
         # taskset execs the interpreter, so the pid is the server's own (for /proc/PID/status).
@@ -169,20 +157,57 @@ def serve(data: Path | None, log: Path, pin: Pinning) -> Iterator[Server]:
         _stop(process)
 
 
+@contextlib.contextmanager
+def serve(
+    data: Path | None,
+    log: Path,
+    pin: Pinning,
+    *,
+    log_level: str = "warning",
+    extra: Sequence[str] = (),
+) -> Iterator[Server]:
+    """Spawn `python app.py` (file store on `data`, else in memory); stopped on the way out.
+
+    `log_level` "info" turns the service's access log on (to stdout, i.e. to `log`); `extra`
+    are more flags. It yields at once, without waiting for readiness.
+    """
+    port = free_port()
+    argv = [
+        *pin.server,
+        sys.executable,
+        str(ROOT / "app.py"),
+        "--port",
+        str(port),
+        "--api-key",
+        API_KEY,
+        "--log-level",
+        log_level,
+        *extra,
+    ]
+    if data is not None:
+        argv += ["--data", str(data)]
+    # The flags say everything: no PETSTORE_* setting of the caller's shell leaks in.
+    environment = {name: v for name, v in os.environ.items() if not name.startswith("PETSTORE_")}
+    with spawn(argv, log, port, environment) as server:
+        yield server
+
+
 # --------------------------------------------------------------------------- wrk
 
 
 @dataclass(frozen=True)
 class WrkResult:
-    """One wrk run: creates answered 201, and their latencies in milliseconds."""
+    """One wrk run: requests answered as expected (creates: 201), their latencies in ms."""
 
-    created: int
+    created: int  # answers with the expected status (201 for create_pet.lua)
     seconds: float
     mean_ms: float
     p50_ms: float
     p99_ms: float
-    errors: int  # answers other than 201, socket errors and timeouts
+    errors: int  # other answers, socket errors and timeouts
     server_cpu: float  # CPU the server used during the run, in cores (1.0: one core busy)
+    server_cpu_seconds: float  # the same, in CPU seconds
+    latencies_us: tuple[float, ...] = field(repr=False)  # one per expected answer
 
     @property
     def per_second(self) -> float:
@@ -193,8 +218,24 @@ def wrk_path() -> str | None:
     return shutil.which("wrk")
 
 
-def run_wrk(server: Server, connections: int, seconds: int, pin: Pinning) -> WrkResult:
-    """`wrk -t1 -cN -dS` of createPet requests against the server (see create_pet.lua)."""
+@dataclass(frozen=True)
+class WrkRequests:
+    """What wrk sends: a Lua script (that prints WRK_RESULT and WRK_LATENCIES_US lines in
+    done(), as create_pet.lua does), the path of the URL, and the script's arguments."""
+
+    script: Path
+    path: str
+    args: tuple[str, ...]
+
+
+CREATES: Final = WrkRequests(CREATE_SCRIPT, "/v1/pets", (API_KEY,))
+
+
+def run_wrk(
+    server: Server, connections: int, seconds: int, pin: Pinning, requests: WrkRequests = CREATES
+) -> WrkResult:
+    """`wrk -t1 -cN -dS -s SCRIPT URL -- ARGS` against the server: createPet requests
+    (create_pet.lua) unless `requests` says otherwise."""
     wrk = wrk_path()
     if wrk is None:
         raise BenchError("wrk not found")
@@ -207,16 +248,18 @@ def run_wrk(server: Server, connections: int, seconds: int, pin: Pinning) -> Wrk
         "--timeout",
         "10s",
         "-s",
-        str(CREATE_SCRIPT),
-        f"http://127.0.0.1:{server.port}/v1/pets",
+        str(requests.script),
+        f"http://127.0.0.1:{server.port}{requests.path}",
         "--",
-        API_KEY,
+        *requests.args,
     ]
     cpu_before, began = server.cpu_seconds(), time.perf_counter()
+    # On any exception (SIGTERM's SystemExit too) subprocess.run kills wrk before raising on.
     done = subprocess.run(  # noqa: S603 - a fixed argv of our own, no shell
         argv, capture_output=True, text=True, timeout=seconds + 60, check=False
     )
-    server_cpu = (server.cpu_seconds() - cpu_before) / (time.perf_counter() - began)
+    cpu_used = server.cpu_seconds() - cpu_before
+    server_cpu = cpu_used / (time.perf_counter() - began)
     numbers: dict[str, int] | None = None
     latencies_us: list[float] = []
     for line in done.stdout.splitlines():
@@ -227,7 +270,9 @@ def run_wrk(server: Server, connections: int, seconds: int, pin: Pinning) -> Wrk
     if numbers is None:
         raise BenchError(f"wrk failed (status {done.returncode}):\n{done.stdout}{done.stderr}")
     if len(latencies_us) < 2:
-        raise BenchError(f"hardly any create succeeded: {numbers}\n{server.log_tail()}")
+        raise BenchError(
+            f"hardly any request got the expected answer: {numbers}\n{server.log_tail()}"
+        )
     errors = sum(
         numbers[name]
         for name in ("failed", "connect_errors", "read_errors", "write_errors", "timeouts")
@@ -241,6 +286,8 @@ def run_wrk(server: Server, connections: int, seconds: int, pin: Pinning) -> Wrk
         p99_ms=percentiles[98] / 1000,
         errors=errors,
         server_cpu=server_cpu,
+        server_cpu_seconds=cpu_used,
+        latencies_us=tuple(latencies_us),
     )
 
 
