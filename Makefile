@@ -27,6 +27,7 @@ test: lint
 	$(BIN)/python -m pytest
 
 bench: install
+	$(BIN)/python bench/run.py
 	$(BIN)/python bench/durability.py
 
 # Refresh both locks from pyproject.toml (needs uv: `pip install uv`).

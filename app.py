@@ -876,7 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"petstore: {error}", file=sys.stderr)
         return 2
     config = uvicorn.Config(
-        app,
+        app.app,  # the stack itself: Petstore's own call is one await more a request
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
