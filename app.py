@@ -215,6 +215,7 @@ def with_key(settings: Settings, out: TextIO) -> Settings:
 
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
+_JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
 
 
 class JSONResponse(Response):
@@ -228,9 +229,6 @@ class JSONResponse(Response):
         self.status_code = status_code
         self.background = None
         self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_CONTENT_TYPE, *headers]
-
-
-_JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
 
 
 def error_response(
@@ -270,7 +268,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 class Endpoint:
     """The ASGI app of one path: picks the handler by method and turns whatever it returns or
     raises into the response (Refused: its Error; anything else: a logged 500), adding the
-    path's own headers to every one of them."""
+    path's own headers to every one of them. `{root_path}` in a header value is the request's
+    root path (set by --root-path or by the server), so links keep the proxy's prefix."""
 
     def __init__(
         self, handlers: Mapping[str, Handler], headers: Mapping[str, str] | None = None
@@ -279,9 +278,18 @@ class Endpoint:
         if "GET" in self.handlers:
             self.handlers.setdefault("HEAD", self.handlers["GET"])
         self.allow = ", ".join(sorted(self.handlers))
-        self.headers: RawHeaders = [
-            (name.lower().encode(), value.encode()) for name, value in (headers or {}).items()
-        ]
+        self.header_templates = dict(headers or {})
+        self.headers_by_root_path: dict[str, RawHeaders] = {}
+
+    def headers_for(self, scope: Scope) -> RawHeaders:
+        root_path: str = scope.get("root_path", "")
+        headers = self.headers_by_root_path.get(root_path)
+        if headers is None:  # once per root path: there is one, or a very few
+            headers = self.headers_by_root_path[root_path] = [
+                (name.lower().encode(), value.format(root_path=root_path).encode())
+                for name, value in self.header_templates.items()
+            ]
+        return headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.handlers.get(scope["method"])
@@ -299,8 +307,8 @@ class Endpoint:
         except Exception:
             logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
             response = error_response(500, ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE)
-        if self.headers:
-            response.raw_headers += self.headers
+        if self.header_templates:
+            response.raw_headers += self.headers_for(scope)
         await response(scope, receive, send)
 
 
@@ -344,7 +352,7 @@ class IndexedRouter(Router):
         """The headers the endpoint at this path adds to its responses (for a 401 there)."""
         found = self.lookup(_route_path(scope))
         endpoint = found[0].endpoint if found else None
-        return endpoint.headers if isinstance(endpoint, Endpoint) else []
+        return endpoint.headers_for(scope) if isinstance(endpoint, Endpoint) else []
 
 
 # --------------------------------------------------------------------------- middleware
@@ -374,7 +382,8 @@ class RootPath:
 
 
 class AccessLog:
-    """One line per request (client, method, path, status, duration), never a header.
+    """One line per request (client, method, path, status, duration), never a header; no
+    lines at all when `stream` is None (log level warning and above).
 
     Lines go to a buffered text stream that the lifespan flushes every half second, which costs
     a microsecond a request where stdlib logging costs tens. Being the layer that sees how each
@@ -399,7 +408,7 @@ class AccessLog:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_status if self.stream else send)
+            await self.app(scope, receive, send_with_status)
         except Exception:
             logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
             if status:  # too late for an Error body: the server closes the connection
@@ -691,7 +700,7 @@ def create_app(
     deprecation = {
         "Deprecation": DEPRECATION,
         "Sunset": SUNSET,
-        "Link": f'<{settings.root_path}{SUCCESSOR_PATH}>; rel="successor-version"',
+        "Link": f'<{{root_path}}{SUCCESSOR_PATH}>; rel="successor-version"',
     }
 
     @contextlib.asynccontextmanager

@@ -10,7 +10,7 @@ import pytest
 
 from app import Petstore, Settings, create_app
 from store import MemoryStore
-from tests.conftest import KEY
+from tests.conftest import AUTH, KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -214,4 +214,21 @@ async def test_successor_link_carries_the_root_path(
     await create(client, REX)
     response = await client.get(f"/v1/pets/{pet_id}")
     assert response.status_code == status
+    assert_deprecated(response, successor='</api/v1/pets>; rel="successor-version"')
+
+
+@pytest.mark.parametrize("authorization", [AUTH["Authorization"], ""], ids=["key", "no key"])
+async def test_successor_link_carries_a_root_path_set_by_the_server(
+    app: Petstore, authorization: str
+) -> None:
+    """With root_path /api set by the server (uvicorn --root-path), 200s and 401s alike link
+    to </api/v1/pets>."""
+    transport = httpx.ASGITransport(app=app, root_path="/api")
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://petstore") as http,
+    ):
+        await http.post("/api/v1/pets", json=REX, headers=AUTH)
+        response = await http.get("/api/v1/pets/1", headers={"Authorization": authorization})
+    assert response.status_code == (200 if authorization else 401)
     assert_deprecated(response, successor='</api/v1/pets>; rel="successor-version"')
