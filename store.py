@@ -124,7 +124,22 @@ def seed_pets(seed: Sequence[SeedPet], last_id: int) -> list[Pet]:
     return pets
 
 
-class MemoryStore:
+class _IndexedReads:
+    """The reads both stores serve from memory: one lock, held for a lookup or a slice."""
+
+    _lock: threading.Lock
+    _index: PetIndex
+
+    async def get(self, pet_id: int) -> Pet | None:
+        with self._lock:
+            return self._index.get(pet_id)
+
+    async def page(self, *, limit: int, status: PetStatus | None, after: int) -> Page:
+        with self._lock:
+            return self._index.page(limit, status, after)
+
+
+class MemoryStore(_IndexedReads):
     """Pets in memory only: fast, and gone when the process ends."""
 
     def __init__(self) -> None:
@@ -159,14 +174,6 @@ class MemoryStore:
             )
             self._index.append(pet)
         return pet
-
-    async def get(self, pet_id: int) -> Pet | None:
-        with self._lock:
-            return self._index.get(pet_id)
-
-    async def page(self, *, limit: int, status: PetStatus | None, after: int) -> Page:
-        with self._lock:
-            return self._index.page(limit, status, after)
 
 
 # --------------------------------------------------------------------------- the data file
@@ -240,7 +247,7 @@ class _Write:
     done: asyncio.Future[Pet]
 
 
-class FileStore:
+class FileStore(_IndexedReads):
     """Pets in a JSON Lines file, one Pet a line, appended and fsynced before a create returns.
 
     One writer thread takes every create queued since its last write and commits them with one
@@ -356,14 +363,6 @@ class FileStore:
             self._pending.append(_Write(pet, encoder.encode(pet) + b"\n", done))
             self._wakeup.notify()
         return await done
-
-    async def get(self, pet_id: int) -> Pet | None:
-        with self._lock:
-            return self._index.get(pet_id)
-
-    async def page(self, *, limit: int, status: PetStatus | None, after: int) -> Page:
-        with self._lock:
-            return self._index.page(limit, status, after)
 
     # The writer thread.
 

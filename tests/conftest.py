@@ -40,8 +40,26 @@ def access_log() -> io.StringIO:
 
 
 @pytest.fixture
-def app(settings: Settings, access_log: io.StringIO) -> Petstore:
-    return create_app(settings, MemoryStore(), access_log=access_log)
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Petstore:
+    """The app over a store the test can reach."""
+    return create_app(settings, store, access_log=access_log)
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> str:
+    """The Error shape with this status and code, served as application/json; its message."""
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert body == {"code": code, "message": body["message"], "status": status}
+    assert isinstance(body["message"], str)
+    assert body["message"]
+    message: str = body["message"]
+    return message
 
 
 @pytest.fixture

@@ -11,25 +11,13 @@ import httpx
 import pytest
 
 from app import Settings
-from tests.conftest import KEY
+from tests.conftest import KEY, assert_error
 
 pytestmark = pytest.mark.anyio
 
 JSON = "application/json"
 SMALL_BODY = Settings(api_keys=(KEY,), max_body=64)
 REX = {"name": "Rex", "categoryId": 1, "status": "available"}
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> str:
-    """The response is the Error shape with this status and code; returns the message."""
-    assert response.status_code == status
-    assert response.headers["content-type"] == JSON
-    body = response.json()
-    assert body == {"code": code, "message": body["message"], "status": status}
-    assert isinstance(body["message"], str)
-    assert body["message"]
-    message: str = body["message"]
-    return message
 
 
 async def post_raw(

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app import Petstore, Settings, create_app
+from app import Petstore
 from store import MemoryStore, StorageUnavailable
-from tests.conftest import AUTH
+from tests.conftest import AUTH, assert_error
 
 pytestmark = pytest.mark.anyio
 
@@ -19,29 +19,6 @@ JSON = "application/json"
 REX = {"name": "Rex", "categoryId": 1, "status": "sold"}
 LEAKED_DETAIL = "secret detail"
 LEAKED_PATH = "/home/x.py"
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
-
-
-@pytest.fixture
-def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Petstore:
-    """The app over a store the test can reach."""
-    return create_app(settings, store, access_log=access_log)
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> str:
-    """The Error shape, `status` equal to the HTTP status, served as application/json."""
-    assert response.status_code == status
-    assert response.headers["content-type"] == JSON
-    body = response.json()
-    assert body == {"code": code, "message": body["message"], "status": status}
-    assert isinstance(body["message"], str)
-    assert body["message"]
-    message: str = body["message"]
-    return message
 
 
 async def list_all(client: httpx.AsyncClient) -> Any:

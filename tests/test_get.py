@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import httpx
 import pytest
 
-from app import Petstore, Settings, create_app
+from app import Petstore, Settings
 from store import MemoryStore
-from tests.conftest import AUTH, KEY
+from tests.conftest import AUTH, KEY, assert_error
 
 pytestmark = pytest.mark.anyio
 
@@ -21,32 +20,11 @@ SUNSET = "Thu, 05 Dec 2030 00:00:00 GMT"
 SUCCESSOR = '</v1/pets>; rel="successor-version"'
 
 
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
-
-
-@pytest.fixture
-def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Petstore:
-    """The app over a store the test can reach."""
-    return create_app(settings, store, access_log=access_log)
-
-
 def assert_deprecated(response: httpx.Response, successor: str = SUCCESSOR) -> None:
     """Deprecation, Sunset and the successor Link, each exactly once."""
     assert response.headers.get_list("deprecation") == [DEPRECATION]
     assert response.headers.get_list("sunset") == [SUNSET]
     assert response.headers.get_list("link") == [successor]
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> str:
-    assert response.status_code == status
-    assert response.headers["content-type"] == JSON
-    body = response.json()
-    assert body == {"code": code, "message": body["message"], "status": status}
-    assert isinstance(body["message"], str)
-    message: str = body["message"]
-    return message
 
 
 async def create(client: httpx.AsyncClient, new_pet: dict[str, Any]) -> Any:
