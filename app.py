@@ -258,7 +258,11 @@ def _invalid(message: str) -> Refused:
     return Refused(400, ErrorCode.VALIDATION_ERROR, message)
 
 
-INTERNAL_ERROR_MESSAGE: Final = "Internal error; the log has details"
+def _internal_error(scope: Scope) -> Response:
+    """Log the exception being handled, traceback and all; answer a 500 that tells nothing."""
+    logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
+    return error_response(500, ErrorCode.INTERNAL_ERROR, "Internal error; the log has details")
+
 
 # --------------------------------------------------------------------------- routing
 
@@ -305,8 +309,7 @@ class Endpoint:
         except Refused as refusal:
             response = refusal.response
         except Exception:
-            logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
-            response = error_response(500, ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE)
+            response = _internal_error(scope)
         if self.header_templates:
             response.raw_headers += self.headers_for(scope)
         await response(scope, receive, send)
@@ -410,12 +413,10 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_with_status)
         except Exception:
-            logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
-            if status:  # too late for an Error body: the server closes the connection
+            if status:  # too late for an Error body: uvicorn logs it and closes the connection
                 raise
             status = 500
-            response = error_response(500, ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE)
-            await response(scope, receive, send)
+            await _internal_error(scope)(scope, receive, send)
         finally:
             if self.stream:
                 client = scope.get("client")

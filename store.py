@@ -11,7 +11,7 @@ import logging
 import operator
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -202,8 +202,9 @@ def _split_torn_tail(data: bytes) -> int:
     """Where the whole records end. A crash mid-append leaves a line without its newline, or
     zeros where the filesystem grew the file before the data landed; both are dropped."""
     end = data.rfind(b"\n") + 1
-    if end and b"\0" in data[data.rfind(b"\n", 0, end - 1) + 1 : end]:
-        end = data.rfind(b"\n", 0, end - 1) + 1
+    last_line_start = data.rfind(b"\n", 0, end - 1) + 1
+    if end and b"\0" in data[last_line_start:end]:
+        return last_line_start
     return end
 
 
@@ -318,9 +319,8 @@ class FileStore(_IndexedReads):
             self._next_id = self._index.last_id + 1
         return True
 
-    def _commit_now(self, pets: Iterable[Pet]) -> None:
+    def _commit_now(self, pets: list[Pet]) -> None:
         """Write and fsync before serving (caller holds the lock)."""
-        pets = list(pets)
         data = b"".join(encoder.encode(pet) + b"\n" for pet in pets)
         try:
             _write_all(self._fd, data, self._size)

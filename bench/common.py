@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -20,6 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -216,6 +218,27 @@ class WrkResult:
 
 def wrk_path() -> str | None:
     return shutil.which("wrk")
+
+
+def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
+    for other in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(other, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+    raise SystemExit(128 + signum)  # unwinds the with-blocks: servers and wrk stopped
+
+
+def prepare() -> bool:
+    """Whether a benchmark can run (wrk is there, else say how to get it); from here on
+    SIGTERM, SIGHUP and Ctrl-C unwind it so that every server and temp dir is cleaned up."""
+    if wrk_path() is None:
+        print(
+            "bench: wrk is not installed. Install it with `apt-get install wrk` (Debian, Ubuntu),"
+            " `brew install wrk` (macOS), or build it from https://github.com/wg/wrk",
+            file=sys.stderr,
+        )
+        return False
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, _exit_on_signal)
+    return True
 
 
 @dataclass(frozen=True)

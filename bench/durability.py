@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import signal
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Final
 
 from common import (
@@ -51,12 +49,12 @@ from common import (
     count_lines,
     fdatasync_ms,
     pinning,
+    prepare,
     print_table,
     run_wrk,
     serve,
     verdict,
     write_fixture,
-    wrk_path,
 )
 
 CLIENTS: Final = (1, 8, 32)
@@ -229,20 +227,10 @@ def parse_options(argv: Sequence[str]) -> Options:
     return Options(flags.duration, flags.warmup, flags.pets, flags.startup_runs, flags.tmp_dir)
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds the with-blocks: servers stopped, temp dir gone
-
-
 def main(argv: Sequence[str]) -> int:
     options = parse_options(argv)
-    if wrk_path() is None:
-        print(
-            "bench: wrk is not installed. Install it with `apt-get install wrk` (Debian, Ubuntu),"
-            " `brew install wrk` (macOS), or build it from https://github.com/wg/wrk",
-            file=sys.stderr,
-        )
+    if not prepare():
         return 2
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     pin = pinning()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="petstore-bench-", dir=options.tmp_dir) as name:

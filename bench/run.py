@@ -74,7 +74,6 @@ import contextlib
 import http.client
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -85,7 +84,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from types import FrameType
 from typing import Final
 
 from common import (
@@ -99,6 +97,7 @@ from common import (
     WrkResult,
     free_port,
     pinning,
+    prepare,
     print_table,
     run_wrk,
     serve,
@@ -680,24 +679,10 @@ def _machine(pin: Pinning) -> str:
     )
 
 
-def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    for other in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(other, signal.SIG_IGN)  # a second signal must not cut the clean-up short
-    raise SystemExit(128 + signum)  # unwinds the with-blocks: servers and wrk stopped
-
-
 def main(argv: Sequence[str]) -> int:
     options = parse_options(argv)
-    if wrk_path() is None:
-        print(
-            "bench: wrk is not installed. Install it with `apt-get install wrk` (Debian, Ubuntu),"
-            " `brew install wrk` (macOS), or build it from https://github.com/wg/wrk",
-            file=sys.stderr,
-        )
+    if not prepare():
         return 2
-    signal.signal(signal.SIGTERM, _exit_on_signal)
-    signal.signal(signal.SIGHUP, _exit_on_signal)
-    signal.signal(signal.SIGINT, _exit_on_signal)
     pin = pinning()
     started = time.perf_counter()
     print(_machine(pin))
