@@ -30,8 +30,7 @@ class DataFileError(Exception):
     """The data file can't be used; the text names the file (and the line) and says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
+class Page(msgspec.Struct, frozen=True):
     """One page of pets in ascending id order; `has_more` says whether pets follow it."""
 
     pets: list[Pet]

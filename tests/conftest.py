@@ -50,6 +50,17 @@ def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Pets
     return create_app(settings, store, access_log=access_log)
 
 
+@pytest.fixture
+def read_access_log(app: Petstore, access_log: io.StringIO) -> Callable[[], str]:
+    """The access log so far, flushed first (as the lifespan does every half second)."""
+
+    def read() -> str:
+        app.access_log.flush()
+        return access_log.getvalue()
+
+    return read
+
+
 def assert_error(response: httpx.Response, status: int, code: str) -> str:
     """The Error shape with this status and code, served as application/json; its message."""
     assert response.status_code == status

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
+from starlette.routing import Route
 
-from app import Petstore
+from app import IndexedRouter, Petstore, Settings, create_app, not_found
 from store import MemoryStore, StorageUnavailable
 from tests.conftest import AUTH, assert_error
 
@@ -59,6 +61,13 @@ async def test_unknown_path_is_404_not_found(
     assert "location" not in response.headers
     assert "allow" not in response.headers
     assert await list_all(client) == [{"id": 1, **REX}]
+
+
+@pytest.mark.parametrize("path", ["/v1/pets/{petId:int}", "/v1/owners/{id}/pets", "/v1/{a}/{b}"])
+def test_the_router_refuses_a_route_its_index_cannot_take(path: str) -> None:
+    """IndexedRouter indexes plain paths and one trailing {name}; anything else fails at start."""
+    with pytest.raises(ValueError, match="can't index"):
+        IndexedRouter([Route(path, not_found)])
 
 
 @pytest.mark.parametrize(
@@ -167,7 +176,7 @@ async def test_unexpected_exception_is_500_that_tells_nothing(
     *,
     store: MemoryStore,
     monkeypatch: pytest.MonkeyPatch,
-    access_log: io.StringIO,
+    read_access_log: Callable[[], str],
     method_name: str,
     method: str,
     path: str,
@@ -179,8 +188,35 @@ async def test_unexpected_exception_is_500_that_tells_nothing(
     for leak in (LEAKED_DETAIL, LEAKED_PATH, "RuntimeError", "Traceback", ".py", "line "):
         assert leak not in response.text
         assert leak not in message
-    last_line = access_log.getvalue().splitlines()[-1]
+    last_line = read_access_log().splitlines()[-1]
     assert f'"{method} {path.partition("?")[0]}" 500 ' in last_line
+
+
+class _ClosedPipe(io.StringIO):
+    """stdout whose reader has gone away."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+async def test_an_access_log_that_cannot_be_written_stops_and_requests_go_on(
+    settings: Settings, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed access-log write is logged once; the log stops (nothing piles up for it) and
+    every request is still answered."""
+    app = create_app(settings, store, access_log=_ClosedPipe())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://p", headers=AUTH) as client:
+        assert (await client.post("/v1/pets", json=REX)).status_code == 201
+        with caplog.at_level(logging.ERROR, logger="petstore"):
+            app.access_log.flush()
+        assert [record.getMessage() for record in caplog.records] == [
+            "access log stopped: cannot write it: [Errno 32] Broken pipe"
+        ]
+        assert (await client.get("/v1/pets/1")).status_code == 200
+        assert app.access_log.entries == []
+        app.access_log.flush()
+    assert len(caplog.records) == 1
 
 
 async def test_healthz_and_readyz_are_200_once_started(client: httpx.AsyncClient) -> None:
