@@ -105,7 +105,7 @@ class PetIndex:
 
     def page(self, limit: int, status: PetStatus | None, after: int) -> Page:
         pets = self._pets if status is None else self._pets_by_status[status]
-        start = bisect.bisect_right(pets, after, key=_ID)
+        start = bisect.bisect_right(pets, after, key=_ID) if after else 0  # ids start at 1
         return Page(pets[start : start + limit], has_more=start + limit < len(pets))
 
 

@@ -35,7 +35,7 @@ GENERATED_KEY_LINE = re.compile(
     r"petstore: no API key configured; this run accepts: Bearer (?P<key>\S+)"
 )
 # client "METHOD path" status duration, e.g. `127.0.0.1 "GET /v1/pets" 200 0.41ms`
-ACCESS_LINE = re.compile(r'^\S+ "[A-Z]+ /\S*" \d{3} \d+\.\d+ms$', re.MULTILINE)
+ACCESS_LINE = re.compile(r'^\S+ "[A-Z]+ /\S*" \d{3} \d+us$', re.MULTILINE)
 
 
 def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -540,7 +540,7 @@ def test_access_log_has_method_path_status_duration_and_no_secret(
         ("GET", "/v1/pets", 401),
         ("GET", "/v1/pets/1", 200),
     ]:
-        line = rf'^127\.0\.0\.1 "{method} {re.escape(path)}" {status} \d+\.\d+ms$'
+        line = rf'^127\.0\.0\.1 "{method} {re.escape(path)}" {status} \d+us$'
         assert re.search(line, out, re.MULTILINE), (line, out)
     assert server.stop() in (0, -15)
     everything = server.stdout + server.stderr
