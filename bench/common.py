@@ -387,5 +387,14 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
     sys.stdout.flush()
 
 
+@dataclass(frozen=True)
+class Target:
+    """One target of a benchmark: what, the measured value as printed, and whether it passed."""
+
+    what: str
+    measured: str
+    passed: bool
+
+
 def verdict(passed: bool) -> str:
     return "PASS" if passed else "FAIL"

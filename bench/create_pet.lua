@@ -9,25 +9,12 @@
 -- pairs the response with its request even when many connections share the thread.
 -- done() prints two lines for bench/common.py: "WRK_RESULT {json}" and "WRK_LATENCIES_US ...".
 
-local ffi = require("ffi")
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
-int clock_gettime(int clock_id, bench_timespec *now);
-]]
-local CLOCK_MONOTONIC = 1
-local clock = ffi.new("bench_timespec")
-
-local function now_us()
-  ffi.C.clock_gettime(CLOCK_MONOTONIC, clock)
-  return tonumber(clock.tv_sec) * 1e6 + tonumber(clock.tv_nsec) / 1e3
-end
+-- The clock, the results and done(): bench/timing.lua, next to this script.
+local now_us = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "timing.lua")
 
 -- Per thread (each wrk thread runs its own copy of this script).
 local sequence = 0
 local sent_at = {}
-latencies = {}  -- global: done() reads it through thread:get()
-created = 0
-failed = 0      -- answers other than 201, or a 201 that is not one of ours
 
 function init(args)
   wrk.method = "POST"
@@ -52,29 +39,4 @@ function response(status, headers, body)
   sent_at[number] = nil
   created = created + 1
   latencies[created] = received - sent
-end
-
--- In the main script state: collect every thread's numbers once the run is over.
-local threads = {}
-
-function setup(thread)
-  threads[#threads + 1] = thread
-end
-
-function done(summary, latency, requests)
-  local all, total_created, total_failed = {}, 0, 0
-  for _, thread in ipairs(threads) do
-    total_created = total_created + thread:get("created")
-    total_failed = total_failed + thread:get("failed")
-    for _, value in ipairs(thread:get("latencies")) do
-      all[#all + 1] = string.format("%.1f", value)
-    end
-  end
-  local errors = summary.errors
-  io.write(string.format(
-    'WRK_RESULT {"requests":%d,"created":%d,"failed":%d,"duration_us":%d,"connect_errors":%d,'
-      .. '"read_errors":%d,"write_errors":%d,"timeouts":%d}\n',
-    summary.requests, total_created, total_failed, summary.duration, errors.connect,
-    errors.read, errors.write, errors.timeout))
-  io.write("WRK_LATENCIES_US ", table.concat(all, " "), "\n")
 end

@@ -45,6 +45,7 @@ from typing import Final
 from common import (
     BenchError,
     Pinning,
+    Target,
     WrkResult,
     count_lines,
     fdatasync_ms,
@@ -73,13 +74,6 @@ class Options:
     pets: int
     startup_runs: int
     tmp_dir: str | None
-
-
-@dataclass(frozen=True)
-class Target:
-    what: str
-    measured: str
-    passed: bool
 
 
 def ms(value: float) -> str:

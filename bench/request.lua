@@ -17,27 +17,14 @@
 -- done() prints two lines in the format of create_pet.lua, which bench/common.py reads:
 -- "WRK_RESULT {json}" ("created" counts answers with STATUS) and "WRK_LATENCIES_US ...".
 
-local ffi = require("ffi")
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
-int clock_gettime(int clock_id, bench_timespec *now);
-]]
-local CLOCK_MONOTONIC = 1
-local clock = ffi.new("bench_timespec")
-
-local function now_us()
-  ffi.C.clock_gettime(CLOCK_MONOTONIC, clock)
-  return tonumber(clock.tv_sec) * 1e6 + tonumber(clock.tv_nsec) / 1e3
-end
+-- The clock, the results and done(): bench/timing.lua, next to this script.
+local now_us = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "timing.lua")
 
 -- Per thread (each wrk thread runs its own copy of this script).
 local expected, method, path, ids, fixed
 local sequence = 0
 local fifo, head = {}, 1   -- send times in order, and the oldest unanswered
 local by_id = {}           -- id -> list of send times, oldest first
-latencies = {}  -- global: done() reads it through thread:get()
-created = 0
-failed = 0      -- answers other than STATUS
 
 function init(args)
   wrk.headers["Authorization"] = "Bearer " .. args[1]
@@ -87,29 +74,4 @@ function response(status, headers, body)
   end
   created = created + 1
   latencies[created] = received - sent
-end
-
--- In the main script state: collect every thread's numbers once the run is over.
-local threads = {}
-
-function setup(thread)
-  threads[#threads + 1] = thread
-end
-
-function done(summary, latency, requests)
-  local all, total_created, total_failed = {}, 0, 0
-  for _, thread in ipairs(threads) do
-    total_created = total_created + thread:get("created")
-    total_failed = total_failed + thread:get("failed")
-    for _, value in ipairs(thread:get("latencies")) do
-      all[#all + 1] = string.format("%.1f", value)
-    end
-  end
-  local errors = summary.errors
-  io.write(string.format(
-    'WRK_RESULT {"requests":%d,"created":%d,"failed":%d,"duration_us":%d,"connect_errors":%d,'
-      .. '"read_errors":%d,"write_errors":%d,"timeouts":%d}\n',
-    summary.requests, total_created, total_failed, summary.duration, errors.connect,
-    errors.read, errors.write, errors.timeout))
-  io.write("WRK_LATENCIES_US ", table.concat(all, " "), "\n")
 end

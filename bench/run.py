@@ -93,6 +93,7 @@ from common import (
     BenchError,
     Pinning,
     Server,
+    Target,
     WrkRequests,
     WrkResult,
     free_port,
@@ -219,13 +220,6 @@ class Options:
     scale_rounds: int
     scale_duration: int
     tmp_dir: str | None
-
-
-@dataclass(frozen=True)
-class Target:
-    what: str
-    measured: str
-    passed: bool
 
 
 # --------------------------------------------------------------------------- servers
