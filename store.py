@@ -1,33 +1,20 @@
-"""The store: where pets live (memory, or an append-only JSON Lines file), behind one interface."""
+"""The store interface (PetStore), the in-memory index both stores read from, and MemoryStore."""
 
 from __future__ import annotations
 
-import asyncio
 import bisect
-import contextlib
-import errno
-import fcntl
-import logging
 import operator
-import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 import msgspec
 
-from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder
-
-logger = logging.getLogger("petstore.store")
+from schemas import NewPet, Pet, PetStatus, SeedPet
 
 
 class StorageUnavailable(Exception):
     """The store can't take this write; nothing was stored and the id is not reused."""
-
-
-class DataFileError(Exception):
-    """The data file can't be used; the text names the file (and the line) and says why."""
 
 
 class Page(msgspec.Struct, frozen=True):
@@ -123,7 +110,7 @@ def seed_pets(seed: Sequence[SeedPet], last_id: int) -> list[Pet]:
     return pets
 
 
-class _IndexedReads:
+class IndexedReads:
     """The reads both stores serve from memory: one lock, held for a lookup or a slice."""
 
     _lock: threading.Lock
@@ -138,7 +125,7 @@ class _IndexedReads:
             return self._index.page(limit, status, after)
 
 
-class MemoryStore(_IndexedReads):
+class MemoryStore(IndexedReads):
     """Pets in memory only: fast, and gone when the process ends."""
 
     def __init__(self) -> None:
@@ -173,256 +160,3 @@ class MemoryStore(_IndexedReads):
             )
             self._index.append(pet)
         return pet
-
-
-# --------------------------------------------------------------------------- the data file
-
-
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    """pwrite until all of `data` is at `offset`: a short write goes on where it stopped."""
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        if written == 0:
-            raise OSError(errno.EIO, "write wrote nothing")
-        view = view[written:]
-        offset += written
-
-
-def _fsync_directory(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _split_torn_tail(data: bytes) -> int:
-    """Where the whole records end. A crash mid-append leaves a line without its newline, or
-    zeros where the filesystem grew the file before the data landed; both are dropped."""
-    end = data.rfind(b"\n") + 1
-    last_line_start = data.rfind(b"\n", 0, end - 1) + 1
-    if end and b"\0" in data[last_line_start:end]:
-        return last_line_start
-    return end
-
-
-_CHUNK = 1 << 20  # bytes of records decoded at a time: a million lines never sit in memory
-
-
-def _parse_records(path: str, records: bytes) -> list[Pet]:
-    """Every line a Pet, ids strictly increasing; else DataFileError naming the line."""
-    pets: list[Pet] = []
-    start = 0
-    while start < len(records):
-        end = records.find(b"\n", start + _CHUNK) + 1 or len(records)
-        lines = records[start:end].split(b"\n")[:-1]
-        try:
-            pets += list(map(pet_decoder.decode, lines))  # the fast way; on failure, find the line
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            for number, line in enumerate(lines, len(pets) + 1):
-                try:
-                    pet_decoder.decode(line)
-                except (msgspec.DecodeError, UnicodeDecodeError) as error:
-                    reason = (
-                        str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
-                    )
-                    raise DataFileError(f"{path}, line {number}: not a Pet: {reason}") from None
-            raise
-        start = end
-    last_id = 0
-    for number, pet in enumerate(pets, 1):
-        if pet.id <= last_id:
-            raise DataFileError(
-                f"{path}, line {number}: id {pet.id} is not above the id {last_id} before it"
-            )
-        last_id = pet.id
-    return pets
-
-
-@dataclass(slots=True)
-class _Write:
-    pet: Pet
-    line: bytes
-    done: asyncio.Future[Pet]
-
-
-class FileStore(_IndexedReads):
-    """Pets in a JSON Lines file, one Pet a line, appended and fsynced before a create returns.
-
-    One writer thread takes every create queued since its last write and commits them with one
-    write and one fsync (group commit). Pets reach the index only once durable, so a read never
-    shows a pet that a crash could take back. A failed fsync stops creates until a restart
-    reloads the file: after it, the page cache can't be trusted.
-    """
-
-    def __init__(self, path: str) -> None:
-        """Open, lock and load the file; raises DataFileError, leaving the file untouched."""
-        self.path = path
-        self._lock = threading.Lock()
-        self._wakeup = threading.Condition(self._lock)
-        self._index = PetIndex()
-        self._pending: list[_Write] = []
-        self._closing = False
-        self._failure: str | None = None
-        self._writer: threading.Thread | None = None
-        self._fd = self._open_locked(path)
-        try:
-            self._size = self._load()
-        except BaseException:
-            os.close(self._fd)
-            raise
-        self._next_id = self._index.last_id + 1
-
-    @staticmethod
-    def _open_locked(path: str) -> int:
-        existed = os.path.exists(path)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise DataFileError(f"{path}: cannot open: {error.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise DataFileError(f"{path}: in use by another petstore process") from None
-        if not existed:
-            _fsync_directory(path)
-        return fd
-
-    def _load(self) -> int:
-        size = os.fstat(self._fd).st_size
-        data = os.pread(self._fd, size, 0)
-        end = _split_torn_tail(data)
-        pets = _parse_records(self.path, data[:end])
-        if end < len(data):
-            logger.warning(
-                "%s: dropped a torn last record (%d bytes from byte %d: %r)",
-                self.path,
-                len(data) - end,
-                end,
-                data[end : end + 60],
-            )
-            os.ftruncate(self._fd, end)
-            os.fsync(self._fd)
-        for pet in pets:
-            self._index.append(pet)
-        return end
-
-    def seed(self, pets: Sequence[SeedPet]) -> bool:
-        with self._lock:
-            if len(self._index):
-                return False
-            chosen = seed_pets(pets, self._index.last_id)
-            self._commit_now(chosen)
-            self._next_id = self._index.last_id + 1
-        return True
-
-    def _commit_now(self, pets: list[Pet]) -> None:
-        """Write and fsync before serving (caller holds the lock)."""
-        data = b"".join(encoder.encode(pet) + b"\n" for pet in pets)
-        try:
-            _write_all(self._fd, data, self._size)
-            os.fdatasync(self._fd)
-        except OSError as error:
-            os.ftruncate(self._fd, self._size)
-            raise DataFileError(f"{self.path}: cannot write: {error.strerror}") from None
-        self._size += len(data)
-        for pet in pets:
-            self._index.append(pet)
-
-    async def open(self) -> None:
-        self._writer = threading.Thread(target=self._write_loop, name="petstore-writer")
-        self._writer.start()
-
-    async def close(self) -> None:
-        with self._lock:
-            self._closing = True
-            self._wakeup.notify()
-        if self._writer is not None:
-            await asyncio.to_thread(self._writer.join)
-        os.close(self._fd)  # also lets go of the lock
-
-    @property
-    def writable(self) -> bool:
-        return self._failure is None
-
-    async def add(self, new_pet: NewPet) -> Pet:
-        done: asyncio.Future[Pet] = asyncio.get_running_loop().create_future()
-        with self._lock:
-            if self._failure is not None:
-                raise StorageUnavailable(self._failure)
-            pet = Pet(
-                id=self._next_id,
-                name=new_pet.name,
-                categoryId=int(new_pet.categoryId),
-                status=new_pet.status,
-            )
-            self._next_id += 1  # taken for good, even if this write fails
-            self._pending.append(_Write(pet, encoder.encode(pet) + b"\n", done))
-            self._wakeup.notify()
-        return await done
-
-    # The writer thread.
-
-    def _write_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._pending and not self._closing:
-                    self._wakeup.wait()
-                if not self._pending:
-                    return
-                batch, self._pending = self._pending, []
-                failure = self._failure
-            if failure is None:
-                failure = self._append(b"".join(write.line for write in batch))
-            if failure is None:
-                with self._lock:
-                    for write in batch:
-                        self._index.append(write.pet)
-            self._settle(batch, failure)
-
-    def _append(self, data: bytes) -> str | None:
-        """Write and fsync `data`; on failure cut it off again and say what went wrong."""
-        try:
-            _write_all(self._fd, data, self._size)
-        except OSError as error:
-            self._cut_back()
-            logger.error("%s: write failed: %s", self.path, error)
-            return f"The data file can't be written: {error.strerror}"
-        try:
-            os.fdatasync(self._fd)  # an append's new size is flushed with the data
-        except OSError as error:
-            # After a failed fsync the kernel may have dropped the dirty pages and cleared the
-            # error: nothing written since can be trusted, so creates stop until a restart.
-            self._fail(f"fsync failed: {error.strerror}; creates stop until a restart")
-            self._cut_back()
-            return f"The data file can't be made durable: {error.strerror}"
-        self._size += len(data)
-        return None
-
-    def _cut_back(self) -> None:
-        try:
-            os.ftruncate(self._fd, self._size)
-            os.fsync(self._fd)
-        except OSError as error:
-            self._fail(f"cannot cut a failed write off: {error.strerror}")
-
-    def _fail(self, reason: str) -> None:
-        logger.error("%s: %s", self.path, reason)
-        with self._lock:
-            self._failure = f"The store takes no writes: {reason}"
-
-    @staticmethod
-    def _settle(batch: list[_Write], failure: str | None) -> None:
-        def settle() -> None:
-            for write in batch:
-                if write.done.done():  # the client went away; the pet is stored all the same
-                    continue
-                if failure is None:
-                    write.done.set_result(write.pet)
-                else:
-                    write.done.set_exception(StorageUnavailable(failure))
-
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            batch[0].done.get_loop().call_soon_threadsafe(settle)

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import Petstore, Settings, create_app
+from app import Petstore, create_app
+from settings import Settings
 from store import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,3 +185,61 @@ def start_server(tmp_path: Path) -> Iterator[ServerFactory]:
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait()
+
+
+# --------------------------------------------------------------------------- launched by hand
+
+Launcher = Callable[[list[str], dict[str, str], int], Server]
+WRONG_KEY = {"code": "unauthorized", "message": "The API key is not accepted", "status": 401}
+
+
+def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without PETSTORE_* variables, plus `extra`."""
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("PETSTORE_")}
+    return clean | (extra or {})
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.05)  # a poll interval, not synchronisation: the loop checks the condition
+
+
+def answers(base_url: str) -> bool:
+    """Whether something at `base_url` answers /healthz with 200."""
+    try:
+        return httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Launcher]:
+    """Start ARGV in the project directory with ENV; SIGTERM (then SIGKILL) at the end."""
+    started: list[Server] = []
+
+    def start(argv: list[str], env: dict[str, str], port: int) -> Server:
+        number = len(started)
+        stdout_path = tmp_path / f"launched{number}.out"
+        stderr_path = tmp_path / f"launched{number}.err"
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+            process = subprocess.Popen(argv, stdout=out, stderr=err, env=environment(env), cwd=ROOT)
+        server = Server(process, port, stdout_path, stderr_path)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+            try:
+                server.process.wait(10)
+            except subprocess.TimeoutExpired:
+                server.process.kill()
+                server.process.wait()

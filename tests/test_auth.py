@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app import Settings
+from settings import Settings
 from tests.conftest import KEY
 
 pytestmark = pytest.mark.anyio

@@ -116,7 +116,7 @@ def test_python_is_pid_1_with_a_shutdown_budget_under_the_stop_timeout() -> None
     assert json.loads(arguments(runtime, "CMD")[-1]) == ["python", "app.py"]
     assert not arguments(runtime, "ENTRYPOINT")
     assert arguments(runtime, "STOPSIGNAL") == ["SIGTERM"]
-    budget = re.search(r"timeout_graceful_shutdown=(\d+)", (ROOT / "app.py").read_text())
+    budget = re.search(r"timeout_graceful_shutdown=(\d+)", (ROOT / "server.py").read_text())
     assert budget
     assert int(budget[1]) < 10  # docker and podman stop after 10 s; Kubernetes after 30 s
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app import Settings
+from settings import Settings
 from tests.conftest import KEY, assert_error
 
 pytestmark = pytest.mark.anyio

@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app import Settings, create_app
+from app import create_app
+from datafile import DataFileError, FileStore
 from schemas import NewPet, Pet, encoder
-from store import DataFileError, FileStore
+from settings import Settings
 from tests.conftest import AUTH, KEY, ServerFactory
 
 REX = {"id": 1, "name": "Rex", "categoryId": 1, "status": "available"}
@@ -158,7 +159,7 @@ async def test_created_only_after_the_fdatasync_covering_it_returned(
         release.wait(30)
         real_fdatasync(fd)
 
-    monkeypatch.setattr("store.os.fdatasync", blocking_fdatasync)
+    monkeypatch.setattr("datafile.os.fdatasync", blocking_fdatasync)
     async with serving(FileStore(str(path))) as http:
         create = asyncio.create_task(http.post("/v1/pets", json=WILMA))
         try:
@@ -211,7 +212,7 @@ async def test_concurrent_creates_share_fdatasyncs(
         release.wait(30)
         real_fdatasync(fd)
 
-    monkeypatch.setattr("store.os.fdatasync", slow_fdatasync)
+    monkeypatch.setattr("datafile.os.fdatasync", slow_fdatasync)
     file_store = CountingFileStore(str(path))
     async with serving(file_store) as http:
         creates = [
@@ -479,7 +480,7 @@ async def test_failed_write_is_503_and_creates_go_on(
 
     async with serving(FileStore(str(path))) as http:
         with monkeypatch.context() as patch:
-            patch.setattr("store.os.pwrite", no_space)
+            patch.setattr("datafile.os.pwrite", no_space)
             failed = await http.post("/v1/pets", json=WILMA)
         after_failure = path.read_bytes()
         ready = await http.get("/readyz")
@@ -520,7 +521,7 @@ async def test_short_write_is_cut_off(tmp_path: Path, monkeypatch: pytest.Monkey
 
     async with serving(FileStore(str(path))) as http:
         with monkeypatch.context() as patch:
-            patch.setattr("store.os.pwrite", short_then_no_space)
+            patch.setattr("datafile.os.pwrite", short_then_no_space)
             failed = await http.post("/v1/pets", json=WILMA)
         after_failure = path.read_bytes()
         created = await http.post("/v1/pets", json=WILMA)
@@ -552,7 +553,7 @@ async def test_failed_fdatasync_stops_creates_until_a_restart(
 
     async with serving(FileStore(str(path))) as http:
         with monkeypatch.context() as patch:
-            patch.setattr("store.os.fdatasync", broken_fdatasync)
+            patch.setattr("datafile.os.fdatasync", broken_fdatasync)
             failed = await http.post("/v1/pets", json=WILMA)
         after_failure = path.read_bytes()
         later = [await http.post("/v1/pets", json=WILMA) for _ in range(3)]

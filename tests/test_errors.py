@@ -11,7 +11,9 @@ import httpx
 import pytest
 from starlette.routing import Route
 
-from app import IndexedRouter, Petstore, Settings, create_app, not_found
+from app import Petstore, create_app
+from routing import IndexedRouter, not_found
+from settings import Settings
 from store import MemoryStore, StorageUnavailable
 from tests.conftest import AUTH, assert_error
 

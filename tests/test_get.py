@@ -7,7 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app import Petstore, Settings
+from app import Petstore
+from settings import Settings
 from store import MemoryStore
 from tests.conftest import AUTH, KEY, assert_error
 

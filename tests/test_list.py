@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app import Petstore, Settings
+from app import Petstore
+from settings import Settings
 from tests.conftest import AUTH, KEY
 
 pytestmark = pytest.mark.anyio

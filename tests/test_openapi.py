@@ -13,7 +13,8 @@ import httpx
 import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
-from app import Petstore, Settings
+from app import Petstore
+from settings import Settings
 from tests.conftest import KEY, ServerFactory
 
 ERROR_CODES = {

@@ -1,0 +1,187 @@
+"""The small HTTP toolkit: JSON responses and refusals, one Endpoint per path, an indexed router."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+from starlette.responses import Response
+from starlette.routing import Route, Router
+from starlette.types import Receive, Scope, Send
+
+from schemas import Error, ErrorCode, encoder
+
+logger = logging.getLogger("petstore")
+
+RawHeaders = Sequence[tuple[bytes, bytes]]
+_JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
+# The scope key where a response notes its status once it starts (ASGI allows extension keys).
+STATUS: Final = "petstore.status"
+
+
+class JSONResponse(Response):
+    """A response whose body is already JSON bytes: every response this service sends.
+
+    Its header list is built here directly (a third of the cost of Starlette's general-purpose
+    __init__), and it notes its status in the scope for the access log, which is how the log
+    learns it without wrapping `send` (two awaits more a request).
+    """
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, status_code: int = 200, headers: RawHeaders = ()) -> None:
+        self.body = body
+        self.status_code = status_code
+        self.background = None
+        self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_CONTENT_TYPE, *headers]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[STATUS] = self.status_code
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def error_response(
+    status: int, code: ErrorCode, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """The Error shape, with `status` equal to the HTTP status."""
+    body = encoder.encode(Error(code=code, message=message, status=status))
+    raw = [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+    return JSONResponse(body, status, raw)
+
+
+class Refused(Exception):
+    """A request the service turns down: raised anywhere in a handler, answered as Error."""
+
+    def __init__(
+        self,
+        status: int,
+        code: ErrorCode,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.response = error_response(status, code, message, headers)
+
+
+def invalid(message: str) -> Refused:
+    """A 400 `validation_error`: a parameter or header holds a value the contract refuses."""
+    return Refused(400, ErrorCode.VALIDATION_ERROR, message)
+
+
+def internal_error(scope: Scope) -> Response:
+    """Log the exception being handled, traceback and all; answer a 500 that tells nothing."""
+    logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
+    return error_response(500, ErrorCode.INTERNAL_ERROR, "Internal error; the log has details")
+
+
+# A handler gets the ASGI scope and receive: building a Starlette Request was 3 % of a getPet's
+# instructions (bench/instructions.py), and its Headers object more of a createPet's.
+Handler = Callable[[Scope, Receive], Awaitable[Response]]
+
+
+class Endpoint:
+    """The ASGI app of one path: picks the handler by method and turns whatever it returns or
+    raises into the response (Refused: its Error; anything else: a logged 500), adding the
+    path's own headers to every one of them. `{root_path}` in a header value is the request's
+    root path (set by --root-path or by the server), so links keep the proxy's prefix."""
+
+    def __init__(
+        self, handlers: Mapping[str, Handler], headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.handlers = dict(handlers)
+        if "GET" in self.handlers:
+            self.handlers.setdefault("HEAD", self.handlers["GET"])
+        self.allow = ", ".join(sorted(self.handlers))
+        self.header_templates = dict(headers or {})
+        self.headers_by_root_path: dict[str, RawHeaders] = {}
+
+    def headers_for(self, scope: Scope) -> RawHeaders:
+        root_path: str = scope.get("root_path", "")
+        headers = self.headers_by_root_path.get(root_path)
+        if headers is None:  # once per root path: there is one, or a very few
+            headers = self.headers_by_root_path[root_path] = [
+                (name.lower().encode(), value.format(root_path=root_path).encode())
+                for name, value in self.header_templates.items()
+            ]
+        return headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler = self.handlers.get(scope["method"])
+        try:
+            if handler is None:
+                raise Refused(
+                    405,
+                    ErrorCode.METHOD_NOT_ALLOWED,
+                    f"Method {scope['method']} is not allowed here; allowed: {self.allow}",
+                    {"Allow": self.allow},
+                )
+            response = await handler(scope, receive)
+        except Refused as refusal:
+            response = refusal.response
+        except Exception:
+            response = internal_error(scope)
+        if self.header_templates:
+            response.raw_headers += self.headers_for(scope)
+        await response(scope, receive, send)
+
+
+async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    """Any path no route takes."""
+    response = error_response(404, ErrorCode.NOT_FOUND, "No resource at this path")
+    await response(scope, receive, send)
+
+
+class IndexedRouter(Router):
+    """Starlette's Router with an index in front: a path is found by one or two dict lookups
+    instead of Router.app's loop over every route's regex (the profile's biggest item after
+    uvicorn). A route without parameters is indexed by its path, and one whose only parameter
+    is its last segment (/v1/pets/{petId}) by the path before that segment; the index takes
+    no other kind. Everything else (lifespan, and the 404 of an unknown path) is Starlette's.
+    """
+
+    def __init__(self, routes: Sequence[Route], **kwargs: Any) -> None:
+        super().__init__(routes, redirect_slashes=False, default=not_found, **kwargs)
+        self.static: dict[str, Route] = {}
+        self.by_parent: dict[str, tuple[Route, str]] = {}
+        for route in routes:
+            parent, _, last = route.path.rpartition("/")
+            name = last[1:-1]
+            if not route.param_convertors:
+                self.static[route.path] = route
+            elif last == f"{{{name}}}" and list(route.param_convertors) == [name]:
+                self.by_parent[parent] = (route, name)  # a plain {name}: any text but "/"
+            else:
+                raise ValueError(f"IndexedRouter can't index {route.path}")
+
+    def lookup(self, path: str) -> tuple[Route, dict[str, Any]] | None:
+        """The route that takes this path, and its path parameters."""
+        if (route := self.static.get(path)) is not None:
+            return route, {}
+        parent, _, last = path.rpartition("/")
+        if last and (found := self.by_parent.get(parent)):
+            return found[0], {found[1]: last}
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (found := self.lookup(route_path(scope))):
+            scope["route"], scope["path_params"] = found
+            await found[0].app(scope, receive, send)  # methods=None: the Endpoint checks them
+            return
+        await self.app(scope, receive, send)
+
+    def headers_for(self, scope: Scope) -> RawHeaders:
+        """The headers the endpoint at this path adds to its responses (for a 401 there)."""
+        found = self.lookup(route_path(scope))
+        endpoint = found[0].endpoint if found else None
+        return endpoint.headers_for(scope) if isinstance(endpoint, Endpoint) else []
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path without the root path: what the routes are written against."""
+    path: str = scope["path"]
+    root_path: str = scope.get("root_path", "")
+    return path[len(root_path) :] if root_path and path.startswith(root_path) else path

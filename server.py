@@ -1,0 +1,130 @@
+"""Running under uvicorn: the slow-client guard, shutdown that turns readiness off, the logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.config import LOG_LEVELS
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from settings import Settings
+
+logger = logging.getLogger("petstore")
+
+
+class StallGuard(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, plus a deadline: a client gets `client_timeout` seconds to send
+    a whole request head, and its body may not stall longer than that. uvicorn alone waits
+    forever, which lets a slowloris client hold connections open.
+
+    It costs a request one stamp of the clock: a single timer a connection wakes up every
+    `client_timeout` seconds and reads what the client still owes from uvicorn's own state.
+    """
+
+    client_timeout: float = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._began = 0.0  # when the connection opened or the current request began
+        self._progress = 0.0  # when the current request last sent something
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._began = self._progress = self.loop.time()
+        self._timer = self.loop.call_at(self._began + self.client_timeout, self._check)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._began = self._progress = self.loop.time()
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        self._progress = self.loop.time()
+
+    def _waiting_since(self) -> float | None:
+        """Since when the client owes us bytes: the head, or the body; None when it owes none."""
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not self.scope:  # this request has no cycle yet
+            return self._began
+        return self._progress if cycle.more_body else None
+
+    def _check(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        now = self.loop.time()
+        since = self._waiting_since()
+        if since is not None and now - since >= self.client_timeout:
+            self.logger.info("closing a connection that stalled for %.1fs", self.client_timeout)
+            self.transport.close()
+            return
+        self._timer = self.loop.call_at((since or now) + self.client_timeout, self._check)
+
+
+def _guard(timeout: float) -> type[StallGuard]:
+    return type("StallGuard", (StallGuard,), {"client_timeout": timeout})
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server that also turns /readyz to 503 as soon as shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.on_exit()
+        super().handle_exit(sig, frame)
+
+
+def configure_logging(level: str) -> None:
+    """The service's own lines (warnings, errors, tracebacks) to stderr beside uvicorn's."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)-9s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(LOG_LEVELS[level])
+    logger.propagate = False
+
+
+def access_log_stream(settings: Settings) -> TextIO | None:
+    """Where the access log goes: stdout at level info and below, else nowhere."""
+    if settings.log_level not in ("info", "debug", "trace"):
+        return None
+    # A buffer of its own on stdout: PYTHONUNBUFFERED (set in many images) would otherwise
+    # turn every line into a write(2). The app's lifespan flushes it every half second.
+    return open(
+        sys.stdout.fileno(),
+        "w",
+        buffering=1 << 16,
+        encoding="utf-8",
+        errors="backslashreplace",
+        closefd=False,
+    )
+
+
+def serve(app: ASGIApp, settings: Settings, on_exit: Callable[[], None]) -> None:
+    """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives."""
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,  # ours is cheaper and keeps the duration
+        http=_guard(settings.client_timeout),
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        server_header=False,
+    )
+    _Server(config, on_exit).run()

@@ -1,0 +1,161 @@
+"""Settings: flags, PETSTORE_* variables and key files, read once into one frozen object."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final, TextIO
+
+from uvicorn.config import LOG_LEVELS
+
+# RFC 6750 b64token: what a bearer credential can carry.
+_BEARER_TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+class SettingsError(Exception):
+    """A setting that stops the start; its text is the one line the user sees."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything configurable, read once from flags and the environment (flags win)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data: str | None = None
+    seed: str | None = None
+    api_keys: tuple[str, ...] = ()
+    max_body: int = 1024 * 1024
+    root_path: str = ""
+    log_level: str = "info"
+    client_timeout: float = 10.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
+        raise SettingsError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="app.py", description="Serve the petstore HTTP/JSON interface.")
+    parser.add_argument("--host", help="address to listen on (PETSTORE_HOST)")
+    parser.add_argument("--port", help="port to listen on (PETSTORE_PORT)")
+    parser.add_argument("--data", metavar="FILE", help="keep pets in this file (PETSTORE_DATA)")
+    parser.add_argument("--seed", metavar="FILE", help="JSON array of pets to start with")
+    parser.add_argument(
+        "--api-key", action="append", metavar="KEY", help="accepted key, repeatable"
+    )
+    parser.add_argument("--api-key-file", metavar="FILE", help="accepted keys, one a line")
+    parser.add_argument("--max-body", metavar="BYTES", help="largest request body accepted")
+    parser.add_argument("--root-path", metavar="PATH", help="prefix a proxy strips off")
+    parser.add_argument("--log-level", metavar="LEVEL", help="|".join(LOG_LEVELS))
+    parser.add_argument(
+        "--client-timeout", metavar="SECONDS", help="cut off a client stalled this long"
+    )
+    return parser
+
+
+def _integer(low: int, high: int) -> Callable[[str, str], int]:
+    def parse(text: str, name: str) -> int:
+        if not re.fullmatch(r"[0-9]+", text) or not low <= int(text) <= high:
+            raise SettingsError(f"{name}: expected an integer from {low} to {high}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def _text(text: str, name: str) -> str:
+    return text
+
+
+def _optional_path(text: str, name: str) -> str | None:
+    return text or None
+
+
+def _root_path(text: str, name: str) -> str:
+    if text and not re.fullmatch(r"(/[A-Za-z0-9\-._~%!$&'()*+,;=:@]+)+", text):
+        raise SettingsError(f"{name}: expected a path like /api (no trailing /), got {text!r}")
+    return text
+
+
+def _log_level(text: str, name: str) -> str:
+    if text.lower() not in LOG_LEVELS:
+        raise SettingsError(f"{name}: expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return text.lower()
+
+
+def _seconds(text: str, name: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 3600:
+        raise SettingsError(f"{name}: expected seconds in (0, 3600], got {text!r}")
+    return seconds
+
+
+# Settings field, environment variable, parser. The flag is the field's name in kebab case.
+_SOURCES: Final = (
+    ("host", "PETSTORE_HOST", _text),
+    ("port", "PETSTORE_PORT", _integer(0, 65535)),
+    ("data", "PETSTORE_DATA", _optional_path),
+    ("seed", "PETSTORE_SEED", _optional_path),
+    ("max_body", "PETSTORE_MAX_BODY", _integer(1, 2**40)),
+    ("root_path", "PETSTORE_ROOT_PATH", _root_path),
+    ("log_level", "PETSTORE_LOG_LEVEL", _log_level),
+    ("client_timeout", "PETSTORE_CLIENT_TIMEOUT", _seconds),
+)
+
+
+def _read_key_file(path: str, name: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as file:
+            keys = [line.strip() for line in file if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingsError(f"{name}: cannot read {path!r}: {error}") from None
+    if not keys:
+        raise SettingsError(f"{name}: {path!r} holds no key")
+    return keys
+
+
+def _api_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Keys from --api-key (else PETSTORE_API_KEYS) plus the key file's; checked, never shown."""
+    keys: list[tuple[str, str]] = []
+    if flags.api_key is not None:
+        keys += [(key, "--api-key") for key in flags.api_key]
+    elif "PETSTORE_API_KEYS" in environ:
+        variable = environ["PETSTORE_API_KEYS"]
+        keys += [(key.strip(), "PETSTORE_API_KEYS") for key in variable.split(",")]
+    file_source = "--api-key-file" if flags.api_key_file is not None else "PETSTORE_API_KEYS_FILE"
+    if path := flags.api_key_file or environ.get("PETSTORE_API_KEYS_FILE"):
+        keys += [(key, file_source) for key in _read_key_file(path, file_source)]
+    for number, (key, source) in enumerate(keys, 1):
+        if not _BEARER_TOKEN.fullmatch(key):
+            raise SettingsError(
+                f"{source}: key #{number} is empty or holds characters a bearer token can't carry"
+            )
+    return tuple(dict.fromkeys(key for key, _ in keys))
+
+
+def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
+    """Settings from command-line flags, then PETSTORE_* variables, then defaults."""
+    flags = _parser().parse_args(argv)
+    values: dict[str, Any] = {"api_keys": _api_keys(flags, environ)}
+    for field, variable, parse in _SOURCES:
+        if (flag := getattr(flags, field)) is not None:
+            values[field] = parse(flag, "--" + field.replace("_", "-"))
+        elif variable in environ:
+            values[field] = parse(environ[variable], variable)
+    return Settings(**values)
+
+
+def with_key(settings: Settings, out: TextIO) -> Settings:
+    """Settings with at least one API key; a generated one is printed once, to `out`."""
+    if settings.api_keys:
+        return settings
+    key = secrets.token_urlsafe(32)
+    print(f"petstore: no API key configured; this run accepts: Bearer {key}", file=out, flush=True)
+    return replace(settings, api_keys=(key,))
