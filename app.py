@@ -19,7 +19,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from datafile import DataFileError, FileStore
 from middleware import AccessLog, BearerAuth, RootPath
-from parsing import decode_new_pet, header, integer, is_json, list_query, read_body
+from parsing import decode_new_pet, header, integer, is_json, list_query, not_json_reason, read_body
 from routing import Endpoint, IndexedRouter, JSONResponse, Refused, error_response, invalid
 from schemas import (
     DEPRECATION,
@@ -194,8 +194,8 @@ def _read_seed(path: str) -> list[SeedPet]:
             return seed_decoder.decode(file.read())
     except OSError as error:
         raise SettingsError(f"seed file {path}: cannot read: {error.strerror}") from None
-    except (msgspec.DecodeError, UnicodeDecodeError) as error:
-        reason = str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+        reason = not_json_reason(error)
         raise SettingsError(f"seed file {path}: not a JSON array of pets: {reason}") from None
 
 

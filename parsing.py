@@ -17,6 +17,7 @@ from schemas import (
     ErrorCode,
     NewPet,
     PetStatus,
+    any_json_decoder,
     new_pet_decoder,
 )
 
@@ -131,8 +132,31 @@ def decode_new_pet(body: bytes) -> NewPet:
     try:
         return new_pet_decoder.decode(body)
     except msgspec.ValidationError as error:  # a subclass of DecodeError: first
+        # msgspec checks types as it parses, so it names the first wrong type it meets even
+        # when the syntax breaks further on (`[1,2,`, `{"id":1} x`): not JSON wins over that.
+        if (problem := json_problem(body)) is not None:
+            raise _malformed(problem) from None
         raise Refused(400, ErrorCode.VALIDATION_ERROR, str(error)) from None
-    except msgspec.DecodeError as error:
-        raise Refused(400, ErrorCode.MALFORMED_JSON, f"Body is not JSON: {error}") from None
-    except UnicodeDecodeError:  # msgspec lets this through for bad bytes inside a string
-        raise Refused(400, ErrorCode.MALFORMED_JSON, "Body is not JSON: invalid UTF-8") from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise _malformed(not_json_reason(error)) from None
+
+
+def json_problem(data: bytes) -> str | None:
+    """Why `data` is not one JSON text, or None when it is."""
+    try:
+        any_json_decoder.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+        return not_json_reason(error)
+    return None
+
+
+def not_json_reason(error: Exception) -> str:
+    if isinstance(error, UnicodeDecodeError):  # msgspec lets it through for bad bytes in a string
+        return "invalid UTF-8"
+    if isinstance(error, RecursionError):  # msgspec follows nesting as deep as Python recurses
+        return "nested too deeply to read"
+    return str(error)
+
+
+def _malformed(reason: str) -> Refused:
+    return Refused(400, ErrorCode.MALFORMED_JSON, f"Body is not JSON: {reason}")

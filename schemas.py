@@ -156,6 +156,8 @@ pet_decoder: Final = msgspec.json.Decoder(Pet)
 seed_decoder: Final = msgspec.json.Decoder(
     list[SeedPet], dec_hook=decode_hook, float_hook=decimal.Decimal
 )
+# Any JSON text at all, numbers of any size (to tell "not JSON" from "not a NewPet").
+any_json_decoder: Final = msgspec.json.Decoder(float_hook=decimal.Decimal)
 encoder: Final = msgspec.json.Encoder()
 
 

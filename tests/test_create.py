@@ -304,11 +304,40 @@ INVALID_BODIES = [
     pytest.param(
         b'{"id": 7, "name": "Rex", "categoryId": 1}', "validation_error", "`id`", id="id-field"
     ),
+    # Not JSON at all, though a decoder that checks types as it parses meets a wrong type, an
+    # unknown or missing field, or a broken constraint before the syntax error: malformed_json.
     pytest.param(
         b'{"name": "Rex", "categoryId": 1, "x": "\xff"}',
-        "validation_error",
-        "`x`",
+        "malformed_json",
+        "UTF-8",
         id="unknown-field-bad-utf8-value",
+    ),
+    pytest.param(b"[1,2,", "malformed_json", "truncated", id="truncated-array"),
+    pytest.param(b"[1,]", "malformed_json", "trailing comma", id="array-trailing-comma"),
+    pytest.param(b"[]]", "malformed_json", "trailing", id="array-extra-bracket"),
+    pytest.param(b"[NaN]", "malformed_json", "", id="NaN-in-array"),
+    pytest.param(b'["\xff"]', "malformed_json", "UTF-8", id="bad-utf8-in-array"),
+    pytest.param(b"123abc", "malformed_json", "trailing", id="number-then-garbage"),
+    pytest.param(b"1 2", "malformed_json", "trailing", id="two-numbers"),
+    pytest.param(b"{}x", "malformed_json", "trailing", id="missing-fields-then-garbage"),
+    pytest.param(b'{"id": 7} x', "malformed_json", "trailing", id="unknown-field-then-garbage"),
+    pytest.param(b'{"name": null', "malformed_json", "truncated", id="null-then-truncated"),
+    pytest.param(
+        b'{"name": "", "categoryId": 1', "malformed_json", "truncated", id="empty-name-truncated"
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": "1",', "malformed_json", "", id="cat-string-truncated"
+    ),
+    pytest.param(b'{"name": [1,', "malformed_json", "truncated", id="name-list-truncated"),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1, "color":', "malformed_json", "", id="unknown-truncated"
+    ),
+    pytest.param(b"[" * 100_000, "malformed_json", "nested too deeply", id="deep-array-open"),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        "malformed_json",
+        "nested too deeply",
+        id="cat-nested-too-deeply",
     ),
 ]
 

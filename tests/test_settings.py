@@ -372,6 +372,7 @@ BAD_SETTINGS = [
     pytest.param(["--api-key", "has space"], {}, id="key-with-space"),
     pytest.param([], {"PETSTORE_API_KEYS": ",,"}, id="env-keys-empty"),
     pytest.param(["--client-timeout", "0"], {}, id="client-timeout-zero"),
+    pytest.param(["--seed", "{deep}", "--api-key", KEY], {}, id="seed-nested-too-deeply"),
 ]
 
 
@@ -382,7 +383,9 @@ def test_bad_setting_stops_the_start_with_one_line(
     """A bad setting: one `petstore: ` line on stderr, nothing on stdout, a non-zero exit."""
     empty = tmp_path / "empty.keys"
     empty.write_text("")
-    args, env = fill(args, env, {"empty": empty})
+    deep = tmp_path / "deep.json"
+    deep.write_text('[{"name": "Rex", "categoryId": ' + "[" * 5000 + "]" * 5000 + "}]")
+    args, env = fill(args, env, {"empty": empty, "deep": deep})
     # The port comes from the environment so that a case can still override it.
     result = subprocess.run(
         [sys.executable, "app.py", *args],
