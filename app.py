@@ -18,7 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
 from datafile import DataFileError, FileStore
-from middleware import AccessLog, BearerAuth, RootPath
+from docs import Docs
+from middleware import AccessLog, BearerAuth, Cors, RootPath
 from parsing import decode_new_pet, header, integer, is_json, list_query, not_json_reason, read_body
 from routing import Endpoint, IndexedRouter, JSONResponse, Refused, error_response, invalid
 from schemas import (
@@ -136,7 +137,7 @@ class Petstore:
 def create_app(
     settings: Settings, store: PetStore, *, access_log: TextIO | None = None
 ) -> Petstore:
-    """Routes, then (outermost last) auth, the access log with its last-resort 500, root path."""
+    """Routes, then (outermost last) auth, CORS, the access log (last-resort 500), root path."""
     if not settings.api_keys:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
@@ -172,10 +173,13 @@ def create_app(
             Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),
             Route("/healthz", Endpoint({"GET": handlers.healthz})),
             Route("/readyz", Endpoint({"GET": handlers.readyz})),
+            *Docs(OPENAPI_PATH).routes(),
         ],
         lifespan=lifespan,
     )
     app: ASGIApp = BearerAuth(router, settings.api_keys, [OPENAPI_PATH], router.headers_for)
+    if settings.cors_origins:
+        app = Cors(app, settings.cors_origins)
     app = log = AccessLog(app, access_log)
     if settings.root_path:
         app = RootPath(app, settings.root_path)

@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: the root path, the access log (and last-resort 500), bearer auth."""
+"""Pure ASGI middleware: the root path, the access log (and last-resort 500), CORS, bearer auth."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import hmac
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Final, TextIO
 
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from routing import STATUS, JSONResponse, RawHeaders, error_response, internal_error, route_path
@@ -158,3 +161,58 @@ class BearerAuth:
         response = JSONResponse(bytes(refusal.body), 401)
         response.raw_headers = [*refusal.raw_headers, *self.headers_for(scope)]
         await response(scope, receive, send)
+
+
+# What a browser app may send and read (CONTRACT.md, Browsers and generated clients).
+CORS_REQUEST_HEADERS: Final = (
+    "Authorization",
+    "Content-Type",
+    "Idempotency-Key",
+    "Prefer",
+    "X-Request-Id",
+)
+CORS_EXPOSED_HEADERS: Final = (
+    "Location",
+    "Link",
+    "Deprecation",
+    "Sunset",
+    "WWW-Authenticate",
+    "Retry-After",
+    "X-Request-Id",
+    "Idempotent-Replayed",
+    "Preference-Applied",
+)
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS for the configured origins, whose refused preflight is an Error body.
+
+    It sits outside BearerAuth, so that a preflight (which carries no credential) is answered
+    before the credential check. Starlette refuses a preflight with a plain-text 400.
+    """
+
+    def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
+        super().__init__(
+            app,
+            allow_origins=origins,
+            allow_methods=("GET", "HEAD", "POST"),
+            allow_headers=CORS_REQUEST_HEADERS,
+            expose_headers=CORS_EXPOSED_HEADERS,
+        )
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code == 200:
+            return response
+        text = bytes(response.body).decode()  # "Disallowed CORS origin, method"
+        headers = {
+            name: value
+            for name, value in response.headers.items()
+            if name not in ("content-type", "content-length")
+        }
+        return error_response(
+            response.status_code,
+            ErrorCode.VALIDATION_ERROR,
+            f"{text}: this preflight is refused",
+            headers,
+        )

@@ -44,6 +44,15 @@ class JSONResponse(Response):
         await send({"type": "http.response.body", "body": self.body})
 
 
+class BytesResponse(JSONResponse):
+    """Ready-made bytes of another content type (the docs page and its files)."""
+
+    def __init__(self, body: bytes, content_type: str, headers: RawHeaders = ()) -> None:
+        super().__init__(body, 200, headers)
+        self.media_type = content_type
+        self.raw_headers[1] = (b"content-type", content_type.encode())
+
+
 def error_response(
     status: int, code: ErrorCode, message: str, headers: Mapping[str, str] | None = None
 ) -> Response:

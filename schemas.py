@@ -54,8 +54,14 @@ class CategoryId(int):
 
 
 Name = Annotated[str, msgspec.Meta(min_length=1, description="The animal's name")]
-Int64 = Annotated[
-    int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX, extra_json_schema={"format": "int64"})
+StoredCategoryId = Annotated[
+    int,
+    msgspec.Meta(
+        ge=INT64_MIN,
+        le=INT64_MAX,
+        description="Id of the category the animal belongs to",
+        extra_json_schema={"format": "int64"},
+    ),
 ]
 PetId = Annotated[
     int,
@@ -76,15 +82,14 @@ class NewPet(msgspec.Struct, forbid_unknown_fields=True):
     status: PetStatus | msgspec.UnsetType = msgspec.UNSET
 
 
+# gc=False: a million stored pets hold no references the cycle collector must walk. (Not in the
+# docstring: msgspec makes that the schema's description, which client generators show.)
 class Pet(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
-    """An animal as stored and returned; `status` stays absent when it was never given.
-
-    gc=False: a million stored pets hold no references the cycle collector must walk.
-    """
+    """An animal as stored and returned; `status` stays absent when it was never given."""
 
     id: PetId
     name: Name
-    categoryId: Int64  # the wire name is camelCase (SPEC.md)
+    categoryId: StoredCategoryId  # the wire name is camelCase (SPEC.md)
     status: PetStatus | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -101,8 +106,10 @@ class Error(msgspec.Struct, frozen=True):
     """The body of every response that is not 2xx; `status` repeats the HTTP status."""
 
     code: ErrorCode
-    message: str
-    status: Annotated[int, msgspec.Meta(ge=400, le=599)]
+    message: Annotated[str, msgspec.Meta(description="What went wrong, for a person")]
+    status: Annotated[
+        int, msgspec.Meta(ge=400, le=599, description="The HTTP status of the response")
+    ]
 
 
 _JSON_TYPE_NAMES: Final = {
@@ -167,6 +174,9 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
     (new_pet_ref, pet_ref, error_ref), schemas = msgspec.json.schema_components(
         [NewPet, Pet, Error], ref_template=ref, schema_hook=_schema_hook
     )
+    for schema in schemas.values():  # msgspec leaves the type of an enumeration implicit
+        if "enum" in schema:
+            schema["type"] = "string"
     status_ref = {"$ref": ref.format(name="PetStatus")}
     int64 = {"type": "integer", "format": "int64"}
 
@@ -174,14 +184,13 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
         return {"application/json": {"schema": schema}}
 
     def error(description: str, *codes: ErrorCode, headers: dict[str, Any] | None = None) -> Any:
-        # Each response lists the codes it can carry; the Error schema lists them all.
-        schema = {
-            "allOf": [
-                error_ref,
-                {"properties": {"code": {"enum": [code.value for code in codes]}}},
-            ]
+        # Every error response is the one Error schema, so that a generated client has one
+        # error type; the codes a response can carry are named in its description.
+        names = ", ".join(f"`{code.value}`" for code in codes)
+        response: dict[str, Any] = {
+            "description": f"{description} (code {names})",
+            "content": json_content(error_ref),
         }
-        response: dict[str, Any] = {"description": description, "content": json_content(schema)}
         if headers:
             response["headers"] = headers
         return response
@@ -208,6 +217,9 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
     list_pets = {
         "operationId": "listPets",
         "summary": "List animals, a page at a time, in ascending id order",
+        "description": "A page of at most `limit` animals, in ascending id order, optionally "
+        'only those with one `status`. When more follow, the `Link` header (rel="next") '
+        "holds the URL of the next page.",
         "tags": ["animals"],
         "parameters": [
             {
@@ -251,6 +263,8 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
     create_pet = {
         "operationId": "createPet",
         "summary": "Add an animal",
+        "description": "Stores a NewPet under the next id and answers the Pet, with its "
+        "`Location`. An omitted `status` stays omitted.",
         "tags": ["animals"],
         "requestBody": {"required": True, "content": json_content(new_pet_ref)},
         "responses": {
@@ -278,7 +292,13 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
         "deprecated": True,
         "tags": ["animals"],
         "parameters": [
-            {"name": "petId", "in": "path", "required": True, "schema": {**int64}},
+            {
+                "name": "petId",
+                "in": "path",
+                "required": True,
+                "description": "Id of the animal",
+                "schema": {**int64},
+            },
         ],
         "responses": {
             "200": deprecated({"description": "The animal", "content": json_content(pet_ref)}),
@@ -298,6 +318,7 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             "title": "Petstore",
             "version": "1.0.0",
             "description": "List, add and fetch the animals of a store.",
+            "license": {"name": "MIT", "identifier": "MIT"},
         },
         "servers": [{"url": f"{root_path}/v1"}],
         "tags": [{"name": "animals", "description": "The store's animals"}],

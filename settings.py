@@ -32,6 +32,7 @@ class Settings:
     root_path: str = ""
     log_level: str = "info"
     client_timeout: float = 10.0
+    cors_origins: tuple[str, ...] = ()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", metavar="LEVEL", help="|".join(LOG_LEVELS))
     parser.add_argument(
         "--client-timeout", metavar="SECONDS", help="cut off a client stalled this long"
+    )
+    parser.add_argument(
+        "--cors-origin", action="append", metavar="ORIGIN", help="browser origin allowed, or *"
     )
     return parser
 
@@ -121,14 +125,20 @@ def _read_key_file(path: str, name: str) -> list[str]:
     return keys
 
 
+def _listed(
+    values: list[str] | None, flag: str, environ: Mapping[str, str], variable: str
+) -> list[tuple[str, str]]:
+    """A repeatable flag's values, else a comma-separated variable's, each with its source."""
+    if values is not None:
+        return [(value, flag) for value in values]
+    if variable in environ:
+        return [(value.strip(), variable) for value in environ[variable].split(",")]
+    return []
+
+
 def _api_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
     """Keys from --api-key (else PETSTORE_API_KEYS) plus the key file's; checked, never shown."""
-    keys: list[tuple[str, str]] = []
-    if flags.api_key is not None:
-        keys += [(key, "--api-key") for key in flags.api_key]
-    elif "PETSTORE_API_KEYS" in environ:
-        variable = environ["PETSTORE_API_KEYS"]
-        keys += [(key.strip(), "PETSTORE_API_KEYS") for key in variable.split(",")]
+    keys = _listed(flags.api_key, "--api-key", environ, "PETSTORE_API_KEYS")
     file_source = "--api-key-file" if flags.api_key_file is not None else "PETSTORE_API_KEYS_FILE"
     if path := flags.api_key_file or environ.get("PETSTORE_API_KEYS_FILE"):
         keys += [(key, file_source) for key in _read_key_file(path, file_source)]
@@ -140,10 +150,27 @@ def _api_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[st
     return tuple(dict.fromkeys(key for key, _ in keys))
 
 
+# An origin as browsers send it: scheme, host and maybe a port; no path, not even a final /.
+_ORIGIN: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s,]+")
+
+
+def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
+    origins = _listed(flags.cors_origin, "--cors-origin", environ, "PETSTORE_CORS_ORIGINS")
+    for origin, source in origins:
+        if origin != "*" and not _ORIGIN.fullmatch(origin):
+            raise SettingsError(
+                f"{source}: expected * or an origin like https://app.example:8080, got {origin!r}"
+            )
+    return tuple(dict.fromkeys(origin for origin, _ in origins))
+
+
 def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Settings from command-line flags, then PETSTORE_* variables, then defaults."""
     flags = _parser().parse_args(argv)
-    values: dict[str, Any] = {"api_keys": _api_keys(flags, environ)}
+    values: dict[str, Any] = {
+        "api_keys": _api_keys(flags, environ),
+        "cors_origins": _cors_origins(flags, environ),
+    }
     for field, variable, parse in _SOURCES:
         if (flag := getattr(flags, field)) is not None:
             values[field] = parse(flag, "--" + field.replace("_", "-"))

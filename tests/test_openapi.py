@@ -15,7 +15,7 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from app import Petstore
 from settings import Settings
-from tests.conftest import KEY, ServerFactory
+from tests.conftest import KEY, ROOT, ServerFactory
 
 ERROR_CODES = {
     "unauthorized",
@@ -194,6 +194,78 @@ async def test_every_error_response_is_the_error_shape(document: dict[str, Any])
     assert not_error == {}
 
 
+@pytest.mark.anyio
+async def test_every_error_response_is_exactly_the_one_error_schema(
+    document: dict[str, Any],
+) -> None:
+    """Each non-2xx response refers to Error itself (no allOf): generated clients get one type."""
+    schemas = {
+        (name, status): response["content"]["application/json"]["schema"]
+        for name in OPERATIONS.values()
+        for status, response in operation(document, name)["responses"].items()
+        if not status.startswith("2")
+    }
+    assert schemas == {key: {"$ref": "#/components/schemas/Error"} for key in schemas}
+
+
+def walk(node: Any, path: str = "$") -> list[tuple[str, Any]]:
+    """Every (path, node) of a JSON document, the root first."""
+    found = [(path, node)]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for number, value in enumerate(node):
+            found += walk(value, f"{path}[{number}]")
+    return found
+
+
+@pytest.mark.anyio
+async def test_every_enumeration_says_type_string(document: dict[str, Any]) -> None:
+    """PetStatus and ErrorCode (every `enum` of strings) carry `type: string`."""
+    enums = {
+        path: node.get("type")
+        for path, node in walk(document)
+        if isinstance(node, dict) and isinstance(node.get("enum"), list)
+    }
+    assert enums
+    assert enums == dict.fromkeys(enums, "string")
+
+
+# Words of the implementation that have no place in what a generated client shows its users.
+IMPLEMENTATION_WORDS = ("gc=", "msgspec", "Struct", "cycle collector", "bisect", "Python")
+
+
+@pytest.mark.anyio
+async def test_no_description_carries_implementation_notes(document: dict[str, Any]) -> None:
+    """Descriptions speak of the interface, never of how it is built."""
+    leaks = {
+        path: node
+        for path, node in walk(document)
+        if path.endswith(".description") and any(word in node for word in IMPLEMENTATION_WORDS)
+    }
+    assert leaks == {}
+
+
+@pytest.mark.anyio
+async def test_every_operation_and_parameter_has_a_description(document: dict[str, Any]) -> None:
+    """Operations and their parameters are described, for the docs page and generated clients."""
+    missing = [
+        f"{name} {parameter.get('name', '')}".strip()
+        for name in OPERATIONS.values()
+        for parameter in [{}, *operation(document, name).get("parameters", [])]
+        if not (parameter or operation(document, name)).get("description")
+    ]
+    assert missing == []
+
+
+@pytest.mark.anyio
+async def test_info_license_is_the_license_file_s(document: dict[str, Any]) -> None:
+    """info.license names MIT, the license of the LICENSE file."""
+    assert document["info"]["license"] == {"name": "MIT", "identifier": "MIT"}
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+
+
 def response_headers(document: dict[str, Any], response: dict[str, Any]) -> dict[str, bool]:
     """A response's header names, each with whether it is `required`."""
     return {
@@ -329,3 +401,64 @@ def test_schemathesis_finds_no_failure_in_the_live_service(
     assert server.process.poll() is None, server.stderr
     assert server.stop() in (0, -15)
     assert "Traceback" not in server.stderr, server.stderr
+
+
+def test_a_generated_client_parses_every_error_into_one_error_class(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """openapi-python-client builds a client from the served document whose 404, 400 and 401
+    all parse into the same Error class, and whose createPet gives a Pet."""
+    server = start_server()
+    document = tmp_path / "openapi.json"
+    document.write_bytes(httpx.get(f"{server.base_url}/v1/openapi.json").content)
+    config = tmp_path / "generator.yaml"
+    config.write_text("post_hooks: []\n")  # no formatting pass: only the code matters here
+    generate = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "openapi-python-client"),
+            "generate",
+            "--path",
+            str(document),
+            "--meta",
+            "none",
+            "--output-path",
+            str(tmp_path / "generated_client"),
+            "--config",
+            str(config),
+            "--fail-on-warning",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert generate.returncode == 0, generate.stdout + generate.stderr
+    check = f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+from generated_client import AuthenticatedClient, Client
+from generated_client.api.animals import create_pet, get_pet, list_pets
+from generated_client.models import Error, ErrorCode, NewPet, Pet
+
+base = {server.base_url + "/v1"!r}
+keyed, keyless = AuthenticatedClient(base_url=base, token={KEY!r}), Client(base_url=base)
+answers = {{
+    404: get_pet.sync_detailed(pet_id=999, client=keyed),
+    400: list_pets.sync_detailed(client=keyed, limit=0),
+    401: list_pets.sync_detailed(client=keyless),
+}}
+for status, answer in answers.items():
+    assert int(answer.status_code) == status, answer
+    assert type(answer.parsed) is Error, type(answer.parsed)
+codes = [answer.parsed.code for answer in answers.values()]
+assert codes == [ErrorCode.NOT_FOUND, ErrorCode.VALIDATION_ERROR, ErrorCode.UNAUTHORIZED], codes
+created = create_pet.sync_detailed(client=keyed, body=NewPet(name="Rex", category_id=1))
+assert int(created.status_code) == 201 and isinstance(created.parsed, Pet), created
+print("one Error class:", Error.__module__)
+"""
+    # In a process of its own: the generated package is imported fresh, outside this suite.
+    result = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == "one Error class: generated_client.models.error\n"

@@ -373,6 +373,8 @@ BAD_SETTINGS = [
     pytest.param([], {"PETSTORE_API_KEYS": ",,"}, id="env-keys-empty"),
     pytest.param(["--client-timeout", "0"], {}, id="client-timeout-zero"),
     pytest.param(["--seed", "{deep}", "--api-key", KEY], {}, id="seed-nested-too-deeply"),
+    pytest.param(["--cors-origin", "http://app.example/"], {}, id="cors-origin-with-path"),
+    pytest.param([], {"PETSTORE_CORS_ORIGINS": "app.example"}, id="env-cors-origin-no-scheme"),
 ]
 
 

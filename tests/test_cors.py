@@ -1,0 +1,182 @@
+"""CORS: off unless origins are configured; preflights before the credential, refusals as Error."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from settings import Settings
+from tests.conftest import KEY, ServerFactory, assert_error
+
+pytestmark = pytest.mark.anyio
+
+APP_ORIGIN = "http://app.example:3000"
+OTHER_ORIGIN = "http://evil.example"
+WITH_CORS = Settings(api_keys=(KEY,), cors_origins=(APP_ORIGIN,))
+ANY_ORIGIN = Settings(api_keys=(KEY,), cors_origins=("*",))
+REQUEST_HEADERS = "authorization, content-type, idempotency-key, prefer, x-request-id"
+EXPOSED = {
+    "location",
+    "link",
+    "deprecation",
+    "sunset",
+    "www-authenticate",
+    "retry-after",
+    "x-request-id",
+    "idempotent-replayed",
+    "preference-applied",
+}
+
+
+def preflight(origin: str, method: str = "POST", headers: str = REQUEST_HEADERS) -> dict[str, str]:
+    return {
+        "Origin": origin,
+        "Access-Control-Request-Method": method,
+        "Access-Control-Request-Headers": headers,
+    }
+
+
+def cors_headers(response: httpx.Response) -> dict[str, str]:
+    return {n: v for n, v in response.headers.items() if n.startswith("access-control-")}
+
+
+def exposed(response: httpx.Response) -> set[str]:
+    value = response.headers["access-control-expose-headers"]
+    return {name.strip().lower() for name in value.split(",")}
+
+
+@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
+async def test_allowed_preflight_is_answered_before_the_credential(
+    client: httpx.AsyncClient,
+) -> None:
+    """A preflight from a configured origin, without a key, gets 200 and what it asked for."""
+    response = await client.options(
+        "/v1/pets", headers={**preflight(APP_ORIGIN), "Authorization": ""}
+    )
+    assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == APP_ORIGIN
+    methods = response.headers["access-control-allow-methods"]
+    assert {method.strip() for method in methods.split(",")} == {"GET", "HEAD", "POST"}
+    allowed = response.headers["access-control-allow-headers"].lower()
+    assert set(REQUEST_HEADERS.split(", ")) <= {name.strip() for name in allowed.split(",")}
+    assert "Origin" in response.headers["vary"]
+    assert "access-control-allow-credentials" not in response.headers
+
+
+@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
+@pytest.mark.parametrize(
+    ("headers", "refused"),
+    [
+        pytest.param(preflight(OTHER_ORIGIN), "origin", id="other-origin"),
+        pytest.param(preflight(APP_ORIGIN, method="PUT"), "method", id="other-method"),
+        pytest.param(preflight(APP_ORIGIN, headers="x-secret"), "headers", id="other-header"),
+    ],
+)
+async def test_refused_preflight_is_an_error_body(
+    client: httpx.AsyncClient, headers: dict[str, str], refused: str
+) -> None:
+    """A preflight for another origin, method or header: 400 validation_error, no allowance."""
+    response = await client.options("/v1/pets", headers=headers)
+    message = assert_error(response, 400, "validation_error")
+    assert f"Disallowed CORS {refused}" in message
+    if refused == "origin":
+        assert "access-control-allow-origin" not in response.headers
+
+
+@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        pytest.param("GET", "/v1/pets", None, 200, id="listPets"),
+        pytest.param("POST", "/v1/pets", {"name": "Rex", "categoryId": 1}, 201, id="createPet"),
+        pytest.param("GET", "/v1/pets/9", None, 404, id="getPet-missing"),
+    ],
+)
+async def test_answers_to_an_allowed_origin_expose_the_contract_headers(
+    client: httpx.AsyncClient, method: str, path: str, body: object, status: int
+) -> None:
+    """Real answers carry the origin and expose every header the contract names."""
+    response = await client.request(method, path, json=body, headers={"Origin": APP_ORIGIN})
+    assert response.status_code == status
+    assert response.headers["access-control-allow-origin"] == APP_ORIGIN
+    assert exposed(response) == EXPOSED
+
+
+@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
+async def test_a_401_can_be_read_by_the_browser_app(client: httpx.AsyncClient) -> None:
+    """A refused credential still carries CORS headers, so the app can read the challenge."""
+    response = await client.get(
+        "/v1/pets", headers={"Origin": APP_ORIGIN, "Authorization": "Bearer wrong"}
+    )
+    assert_error(response, 401, "unauthorized")
+    assert response.headers["access-control-allow-origin"] == APP_ORIGIN
+    assert "www-authenticate" in exposed(response)
+
+
+@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
+async def test_another_origin_gets_no_allowance(client: httpx.AsyncClient) -> None:
+    """An answer to an origin that is not configured carries no Allow-Origin."""
+    response = await client.get("/v1/pets", headers={"Origin": OTHER_ORIGIN})
+    assert response.status_code == 200
+    assert "access-control-allow-origin" not in response.headers
+
+
+@pytest.mark.parametrize("settings", [ANY_ORIGIN], ids=["any-origin"])
+async def test_star_allows_every_origin(client: httpx.AsyncClient) -> None:
+    """With `*`, any origin is allowed: Allow-Origin is `*` on preflights and answers."""
+    allowed = await client.options("/v1/pets", headers=preflight(OTHER_ORIGIN))
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "*"
+    response = await client.get("/v1/pets", headers={"Origin": OTHER_ORIGIN})
+    assert response.headers["access-control-allow-origin"] == "*"
+
+
+async def test_without_the_setting_there_are_no_cors_headers(client: httpx.AsyncClient) -> None:
+    """No origins configured: a preflight is an OPTIONS like any other, and no answer has CORS."""
+    refused = await client.options(
+        "/v1/pets", headers={**preflight(APP_ORIGIN), "Authorization": ""}
+    )
+    assert_error(refused, 401, "unauthorized")
+    assert cors_headers(refused) == {}
+    options = await client.options("/v1/pets", headers=preflight(APP_ORIGIN))
+    assert_error(options, 405, "method_not_allowed")
+    assert cors_headers(options) == {}
+    answer = await client.get("/v1/pets", headers={"Origin": APP_ORIGIN})
+    assert answer.status_code == 200
+    assert cors_headers(answer) == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "allowed"),
+    [
+        pytest.param(
+            ["--cors-origin", APP_ORIGIN, "--cors-origin", "http://b"],
+            {},
+            {APP_ORIGIN, "http://b"},
+            id="flags",
+        ),
+        pytest.param(
+            [],
+            {"PETSTORE_CORS_ORIGINS": f"{APP_ORIGIN}, http://b"},
+            {APP_ORIGIN, "http://b"},
+            id="env",
+        ),
+        pytest.param(
+            ["--cors-origin", APP_ORIGIN],
+            {"PETSTORE_CORS_ORIGINS": "http://b"},
+            {APP_ORIGIN},
+            id="flag-wins",
+        ),
+    ],
+)
+def test_origins_from_flags_or_the_environment(
+    start_server: ServerFactory, args: list[str], env: dict[str, str], allowed: set[str]
+) -> None:
+    """The real process allows the configured origins, flags winning over the variable."""
+    server = start_server(*args, env=env)
+    with server.client() as http:
+        for origin in (APP_ORIGIN, "http://b", "http://c"):
+            response = http.get("/v1/pets", headers={"Origin": origin})
+            assert response.status_code == 200
+            granted = response.headers.get("access-control-allow-origin")
+            assert (origin, granted) == (origin, origin if origin in allowed else None)
