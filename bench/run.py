@@ -249,7 +249,9 @@ def ceiling_argv(pin: Pinning, port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def servers(store: str, tmp: Path, pin: Pinning) -> Iterator[dict[str, Server]]:
+def servers(
+    store: str, tmp: Path, pin: Pinning, start_timeout: float = 60.0
+) -> Iterator[dict[str, Server]]:
     """The service (access log on and off) and the ceiling, ready, filled with FILL pets."""
     with contextlib.ExitStack() as stack:
         data = {name: tmp / f"{store}-{number}.jsonl" for number, name in enumerate(ROUND_ORDER)}
@@ -274,7 +276,7 @@ def servers(store: str, tmp: Path, pin: Pinning) -> Iterator[dict[str, Server]]:
             spawn(ceiling_argv(pin, port), tmp / f"{store}-ceiling.log", port, environment)
         )
         for server in running.values():
-            server.wait_ready()
+            server.wait_ready(start_timeout)
         with ThreadPoolExecutor(len(running)) as pool:
             list(pool.map(fill, running.values()))
         yield {name: running[name] for name in ROUND_ORDER}
