@@ -1,33 +1,43 @@
 """Helpers for the benchmarks: start and stop servers, drive them with wrk, print tables.
 
 Every server is started through `spawn()` (`serve()` for `python app.py`), a context manager
-that stops the process on the way out whatever happened; the caller owns the temp dir that
-holds its data file and log.
+that stops the process on the way out whatever happened (error, Ctrl-C, SIGTERM);
+`run_benchmark()` owns the temp dir that holds data files and logs. Latencies are in
+milliseconds, timed per request by the wrk scripts, not by wrk (bench/timing.lua says why). A
+run counts only the answers with the expected status (200, 201, 401); "errors" are the other
+answers, socket errors and timeouts.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
 import json
 import os
+import platform
 import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
-from typing import Final
+from typing import Final, TypeVar
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 BENCH: Final = Path(__file__).resolve().parent
 CREATE_SCRIPT: Final = BENCH / "create_pet.lua"
+REQUEST_SCRIPT: Final = BENCH / "request.lua"
 API_KEY: Final = "bench-key-0123456789"
+BUSY_LOAD: Final = 0.5  # a 1-minute load average above this before the start: noisy numbers
+K = TypeVar("K")
 
 
 class BenchError(Exception):
@@ -164,28 +174,16 @@ def serve(
     data: Path | None,
     log: Path,
     pin: Pinning,
-    *,
     log_level: str = "warning",
-    extra: Sequence[str] = (),
 ) -> Iterator[Server]:
     """Spawn `python app.py` (file store on `data`, else in memory); stopped on the way out.
 
-    `log_level` "info" turns the service's access log on (to stdout, i.e. to `log`); `extra`
-    are more flags. It yields at once, without waiting for readiness.
+    `log_level` "info" turns the service's access log on (to stdout, i.e. to `log`). It yields
+    at once, without waiting for readiness.
     """
     port = free_port()
-    argv = [
-        *pin.server,
-        sys.executable,
-        str(ROOT / "app.py"),
-        "--port",
-        str(port),
-        "--api-key",
-        API_KEY,
-        "--log-level",
-        log_level,
-        *extra,
-    ]
+    flags = f"--port {port} --api-key {API_KEY} --log-level {log_level}".split()
+    argv = [*pin.server, sys.executable, str(ROOT / "app.py"), *flags]
     if data is not None:
         argv += ["--data", str(data)]
     # The flags say everything: no PETSTORE_* setting of the caller's shell leaks in.
@@ -254,6 +252,13 @@ class WrkRequests:
 CREATES: Final = WrkRequests(CREATE_SCRIPT, "/v1/pets", (API_KEY,))
 
 
+def wrk_requests(status: int, path: str, key: str = API_KEY, ids: int = 0) -> WrkRequests:
+    """GET `path` again and again (request.lua), expecting `status`; with `ids`, "{id}" in the
+    path goes through 1..ids."""
+    args = (key, str(status), "GET", path) + ((str(ids),) if ids else ())
+    return WrkRequests(REQUEST_SCRIPT, "", args)
+
+
 def run_wrk(
     server: Server, connections: int, seconds: int, pin: Pinning, requests: WrkRequests = CREATES
 ) -> WrkResult:
@@ -262,20 +267,9 @@ def run_wrk(
     wrk = wrk_path()
     if wrk is None:
         raise BenchError("wrk not found")
-    argv = [
-        *pin.client,
-        wrk,
-        "-t1",
-        f"-c{connections}",
-        f"-d{seconds}s",
-        "--timeout",
-        "10s",
-        "-s",
-        str(requests.script),
-        f"http://127.0.0.1:{server.port}{requests.path}",
-        "--",
-        *requests.args,
-    ]
+    url = f"http://127.0.0.1:{server.port}{requests.path}"
+    flags = f"-t1 -c{connections} -d{seconds}s --timeout 10s -s {requests.script} {url} --"
+    argv = [*pin.client, wrk, *flags.split(), *requests.args]
     cpu_before, began = server.cpu_seconds(), time.perf_counter()
     # On any exception (SIGTERM's SystemExit too) subprocess.run kills wrk before raising on.
     done = subprocess.run(  # noqa: S603 - a fixed argv of our own, no shell
@@ -314,58 +308,48 @@ def run_wrk(
     )
 
 
-# --------------------------------------------------------------------------- data files
-
-_STATUSES: Final = (
-    ',"status":"available"}\n',
-    ',"status":"pending"}\n',
-    ',"status":"sold"}\n',
-    "}\n",
-)
-
-
-def write_fixture(path: Path, count: int) -> None:
-    """A data file of `count` pets, ids 1..count, one JSON object a line, as the store writes.
-
-    status cycles available, pending, sold, absent; categoryId is id % 100. The file is
-    fsynced: left dirty, its writeback would land in the journal commits of the fsyncs timed
-    next and slow them down.
-    """
-    chunk = 100_000
-    with path.open("w", encoding="ascii") as file:
-        for start in range(1, count + 1, chunk):
-            file.writelines(
-                f'{{"id":{i},"name":"pet-{i}","categoryId":{i % 100}{_STATUSES[i % 4]}'
-                for i in range(start, min(start + chunk, count + 1))
-            )
-        file.flush()
-        os.fsync(file.fileno())
+def alternate(  # noqa: PLR0913 - the loads and the five settings of a schedule, all named
+    loads: Mapping[K, tuple[Server, WrkRequests]],
+    *,
+    connections: int,
+    rounds: int,
+    seconds: int,
+    warmup: int,
+    pin: Pinning,
+) -> dict[K, list[WrkResult]]:
+    """A warm-up run per server, then `rounds` rounds of a run per server, in the order of
+    `loads` and reversed every other round, so that runs of a round are neighbours in time."""
+    for server, requests in loads.values():
+        run_wrk(server, connections, warmup, pin, requests)
+    runs: dict[K, list[WrkResult]] = {key: [] for key in loads}
+    order = list(loads)
+    for number in range(rounds):
+        for key in order if number % 2 == 0 else order[::-1]:
+            server, requests = loads[key]
+            runs[key].append(run_wrk(server, connections, seconds, pin, requests))
+    return runs
 
 
-def fdatasync_ms(directory: Path, appends: int = 300) -> list[float]:
-    """Milliseconds each of `appends` small appends plus fdatasync takes in `directory`: what
-    one durable create costs at least on this disk, before any HTTP."""
-    path = directory / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        times = []
-        for number in range(appends):
-            began = time.perf_counter()
-            os.write(fd, b'{"id":%d,"name":"probe","categoryId":1}\n' % number)
-            os.fdatasync(fd)
-            times.append((time.perf_counter() - began) * 1000)
-        return times
-    finally:
-        os.close(fd)
-        path.unlink()
-
-
-def count_lines(path: Path) -> int:
-    with path.open("rb") as file:
-        return sum(block.count(b"\n") for block in iter(lambda: file.read(1 << 20), b""))
+def pair_ratios(
+    ours: Sequence[WrkResult], theirs: Sequence[WrkResult], rate: Callable[[WrkResult], float]
+) -> list[float]:
+    """rate(ours) / rate(theirs) round by round: noise that lasts a few seconds hits both runs
+    of a pair, and the median of the pairs drops a pair that a burst hit on one side only."""
+    pairs = zip(ours, theirs, strict=True)
+    return [rate(a) / rate(b) for a, b in pairs if rate(b) > 0] or [0.0]
 
 
 # --------------------------------------------------------------------------- output
+
+
+def ms(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def p50_p99(runs: Sequence[WrkResult]) -> list[str]:
+    """p50 and p99 in ms over every request of all the runs together."""
+    percentiles = statistics.quantiles([v for run in runs for v in run.latencies_us], n=100)
+    return [ms(percentiles[49] / 1000), ms(percentiles[98] / 1000)]
 
 
 def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -398,3 +382,79 @@ class Target:
 
 def verdict(passed: bool) -> str:
     return "PASS" if passed else "FAIL"
+
+
+# --------------------------------------------------------------------------- a benchmark's frame
+
+
+def argument_parser(prog: str, description: str, duration: int) -> argparse.ArgumentParser:
+    """The options of every timed benchmark: --duration, --warmup, --tmp-dir."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--duration", type=int, default=duration, help="seconds per timed run")
+    parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per server")
+    parser.add_argument("--tmp-dir", help="where the data files go (default: the system's)")
+    return parser
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    flags = parser.parse_args(argv)
+    if flags.duration < 1 or flags.warmup < 1:
+        parser.error("--duration and --warmup are whole seconds, at least 1 (wrk's unit)")
+    return flags
+
+
+def machine(pin: Pinning) -> str:
+    """Two lines on what ran the benchmark: cores, load, versions, pinning."""
+    wrk = subprocess.run(  # noqa: S603 - a fixed argv of our own, no shell
+        [wrk_path() or "wrk", "-v"], capture_output=True, text=True, check=False
+    ).stdout.split(" [")[0]
+    model = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    loads = ", ".join(f"{load:.2f}" for load in os.getloadavg())
+    return (
+        f"petstore benchmark: {os.cpu_count()} cores ({model}), load average {loads} "
+        f"(1, 5, 15 min)\nPython {platform.python_version()}, uvicorn "
+        f"{metadata.version('uvicorn')}, msgspec {metadata.version('msgspec')}, {wrk}; "
+        f"{pin.note}"
+    )
+
+
+def run_benchmark(
+    body: Callable[[Path, Pinning], list[Target]],
+    tmp_dir: str | None,
+    *,
+    enforced: bool,
+    busy_hint: str = "",
+) -> int:
+    """Run `body(temp dir, pinning)` between the machine's description and the targets table.
+
+    The exit status: 2 when the benchmark can't run (no wrk, a BenchError), 1 when a target
+    failed and `enforced`, else 0. `busy_hint` follows the warning of a busy machine.
+    """
+    if not prepare():
+        return 2
+    pin = pinning()
+    started = time.perf_counter()
+    print(machine(pin))
+    if (load := os.getloadavg()[0]) > BUSY_LOAD:
+        print(
+            f"warning: load average {load:.2f} at the start: other work shares the CPUs{busy_hint}"
+        )
+    sys.stdout.flush()
+    with tempfile.TemporaryDirectory(prefix="petstore-bench-", dir=tmp_dir) as name:
+        try:
+            targets = body(Path(name), pin)
+        except BenchError as error:
+            print(f"\nbench: {error}", file=sys.stderr)
+            return 2
+    seconds = time.perf_counter() - started
+    print_table(
+        f"Targets ({'' if enforced else 'reported, not enforced; '}whole run {seconds:.0f} s)",
+        ["target", "measured", "verdict"],
+        [[t.what, t.measured, verdict(t.passed)] for t in targets],
+    )
+    return 1 if enforced and not all(t.passed for t in targets) else 0

@@ -2,12 +2,8 @@
 --
 --   wrk -t1 -cN -dSs -s bench/create_pet.lua http://HOST:PORT/v1/pets -- API_KEY
 --
--- It times each request itself instead of trusting wrk's latency statistics: wrk 4 "corrects"
--- those for coordinated omission, adding made-up samples behind every slow response (one slow
--- fsync becomes dozens of slow samples), so its mean and percentiles are not the latencies the
--- requests had. Each pet is named bench-<sequence number>; the 201 body echoes the name, which
--- pairs the response with its request even when many connections share the thread.
--- done() prints two lines for bench/common.py: "WRK_RESULT {json}" and "WRK_LATENCIES_US ...".
+-- Each pet is named bench-<sequence number>; the 201 body echoes the name, which pairs the
+-- response with its request even when many connections share the thread.
 
 -- The clock, the results and done(): bench/timing.lua, next to this script.
 local now_us = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "timing.lua")

@@ -1,41 +1,40 @@
-"""Durability benchmark of the petstore: what the fsync before each 201 costs.
+"""Durability and scale benchmark of the petstore: the fsync before each 201, and 1,000,000 pets.
 
-Run from the repository root:
+Run from the repository root (`make bench` runs it after bench/run.py):
 
     .venv/bin/python bench/durability.py [--duration 5] [--warmup 1] [--pets 1000000]
+        [--startup-runs 3] [--tmp-dir DIR]
 
-It needs wrk (Debian: `apt-get install wrk`) and, to give the server and the load generator a
-core each, taskset (util-linux). Servers run as `python app.py --log-level warning`, data files
-in a temp dir (fsync cost is the disk's: put it on the disk you care about with --tmp-dir);
-every server is stopped and the temp dir removed at the end, also on error or SIGTERM. About a
-minute with the defaults. It prints three tables and a verdict per target:
+Servers run as `python app.py --log-level warning`, their data files in a temp dir (fsync cost
+is the disk's: put it on the disk you care about with --tmp-dir). About two minutes with the
+defaults. Four tables and a verdict per target:
 
 1. Durable creates/s: POST /v1/pets with wrk -t1 -cN (N = 1, 8, 32), a warm-up and then a
    timed run each, against the in-memory store and the data-file store (fresh file). Target:
    at 32 clients the file store reaches at least half the in-memory rate (group commit).
-2. Start-up with 1,000,000 pets in the data file (written by this script, page cache warm):
-   seconds from spawn to the first 200 from /readyz, and VmRSS once ready. Median of
-   --startup-runs starts. Targets: ready within 3 s, under 250 MB resident.
-3. Create latency with 1,000,000 pets stored vs. 10 (wrk -t1 -c1, file store). Target: mean
+2. Start-up and memory with 1,000,000 pets in the data file (written by this script, page
+   cache warm), --startup-runs starts: seconds from spawn to the first 200 from /readyz, VmRSS
+   once ready, VmHWM (peak); bytes per pet are that VmRSS minus the VmRSS on an empty file,
+   over the pets. Targets, on the medians: ready within 3 s, under 250 MB, under 200 bytes a pet.
+3. listPets latency with 1,000,000 pets vs. 1,000, `wrk -t1 -c1` (one request at a time: the
+   cost of a request, no queueing), 3 rounds of 1 s alternating between the two servers:
+   limit 20; limit 20 with status=available; both again deep in the pages (after = pets - 100).
+   Target: p50 with 1,000,000 pets within 1.5x of p50 with 1,000 (median of per-round ratios;
+   mean and p99 are shown, not judged).
+4. Create latency with 1,000,000 pets stored vs. 10 (wrk -t1 -c1, file store). Target: mean
    and p50 with 1,000,000 pets within 1.5x of those with 10 (p99 is shown, not judged: one
    slow fsync moves it).
 
-requests/s counts 201 answers. Latencies are timed per request by bench/create_pet.lua, not
-taken from wrk's own statistics, which wrk "corrects" for coordinated omission with made-up
-samples. "server CPU" is the CPU time the server used during a run, in cores: near 100% means
-the server's one core is the limit, not the disk.
-
-Exit status: 0 when every target passes, 1 when one fails, 2 when the benchmark can't run.
+"server CPU" is the CPU time the server used during a run, in cores: near 100% means the
+server's one core is the limit, not the disk. Exit status: 0 when every target passes, 1 when
+one fails, 2 when the benchmark can't run.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,28 +42,34 @@ from pathlib import Path
 from typing import Final
 
 from common import (
-    BenchError,
     Pinning,
+    Server,
     Target,
     WrkResult,
-    count_lines,
-    fdatasync_ms,
-    pinning,
-    prepare,
+    alternate,
+    argument_parser,
+    ms,
+    p50_p99,
+    pair_ratios,
+    parse_arguments,
     print_table,
+    run_benchmark,
     run_wrk,
     serve,
     verdict,
-    write_fixture,
+    wrk_requests,
 )
 
 CLIENTS: Final = (1, 8, 32)
 THROUGHPUT_RATIO_TARGET: Final = 0.5  # file/memory creates/s at 32 clients, at least
 READY_TARGET_S: Final = 3.0
 RSS_TARGET_MB: Final = 250.0
-LATENCY_RATIO_TARGET: Final = 1.5  # latency with many pets / with 10, at most
-SMALL_STORE: Final = 10
-BUSY_LOAD: Final = 0.5  # a 1-minute load average above this before the start: noisy numbers
+BYTES_PER_PET_TARGET: Final = 200.0
+LIST_STORE: Final = 1000  # listPets at --pets pets is compared with listPets at this many
+LIST_ROUNDS: Final = 3
+LIST_SECONDS: Final = 1
+LATENCY_RATIO_TARGET: Final = 1.5  # latency with many pets / with few, at most
+CREATE_STORE: Final = 10  # createPet at --pets pets is compared with createPet at this many
 
 
 @dataclass(frozen=True)
@@ -73,11 +78,6 @@ class Options:
     warmup: int
     pets: int
     startup_runs: int
-    tmp_dir: str | None
-
-
-def ms(value: float) -> str:
-    return f"{value:.2f}"
 
 
 MEASURED: Final = ("mean", "p50", "p99", "errors", "server CPU")
@@ -93,6 +93,57 @@ def measure(run: WrkResult) -> list[str]:
         str(run.errors),
         f"{run.server_cpu:.0%}",
     ]
+
+
+# --------------------------------------------------------------------------- data files
+
+_STATUSES: Final = (
+    ',"status":"available"}\n',
+    ',"status":"pending"}\n',
+    ',"status":"sold"}\n',
+    "}\n",
+)
+
+
+def write_fixture(path: Path, count: int) -> None:
+    """A data file of `count` pets, ids 1..count, one JSON object a line, as the store writes.
+
+    status cycles available, pending, sold, absent; categoryId is id % 100. The file is
+    fsynced: left dirty, its writeback would land in the journal commits of the fsyncs timed
+    next and slow them down.
+    """
+    chunk = 100_000
+    with path.open("w", encoding="ascii") as file:
+        for start in range(1, count + 1, chunk):
+            file.writelines(
+                f'{{"id":{i},"name":"pet-{i}","categoryId":{i % 100}{_STATUSES[i % 4]}'
+                for i in range(start, min(start + chunk, count + 1))
+            )
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def fdatasync_ms(directory: Path, appends: int = 300) -> list[float]:
+    """Milliseconds each of `appends` small appends plus fdatasync takes in `directory`: what
+    one durable create costs at least on this disk, before any HTTP."""
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        times = []
+        for number in range(appends):
+            began = time.perf_counter()
+            os.write(fd, b'{"id":%d,"name":"probe","categoryId":1}\n' % number)
+            os.fdatasync(fd)
+            times.append((time.perf_counter() - began) * 1000)
+        return times
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def count_lines(path: Path) -> int:
+    with path.open("rb") as file:
+        return sum(block.count(b"\n") for block in iter(lambda: file.read(1 << 20), b""))
 
 
 # --------------------------------------------------------------------------- 1. creates/s
@@ -135,27 +186,40 @@ def bench_throughput(tmp: Path, options: Options, pin: Pinning) -> Target:
     )
 
 
-# --------------------------------------------------------------------------- 2. start-up
+# --------------------------------------------------------------------------- 2. start-up, memory
 
 
 def bench_startup(tmp: Path, fixture: Path, options: Options, pin: Pinning) -> list[Target]:
-    size_mb = fixture.stat().st_size / 1e6
-    rows = []
+    with serve(tmp / "empty.jsonl", tmp / "empty.log", pin) as server:
+        server.wait_ready()
+        empty_kib = server.status_kib("VmRSS")
+    rows = [["empty file", "", f"{empty_kib * 1024 / 1e6:.1f}", "", ""]]
     ready_s: list[float] = []
-    rss_mb: list[float] = []
-    for run in range(1, options.startup_runs + 1):
+    rss_kib: list[int] = []
+    for number in range(1, options.startup_runs + 1):
         with serve(fixture, tmp / "startup.log", pin) as server:
             ready_s.append(server.wait_ready())
-            rss_mb.append(server.status_kib("VmRSS") * 1024 / 1e6)
-            peak_mb = server.status_kib("VmHWM") * 1024 / 1e6
-        rows.append([str(run), f"{ready_s[-1]:.2f}", f"{rss_mb[-1]:.0f}", f"{peak_mb:.0f}"])
+            rss_kib.append(server.status_kib("VmRSS"))
+            peak_kib = server.status_kib("VmHWM")
+        per_pet = (rss_kib[-1] - empty_kib) * 1024 / options.pets
+        rows.append(
+            [
+                f"run {number}",
+                f"{ready_s[-1]:.2f}",
+                f"{rss_kib[-1] * 1024 / 1e6:.1f}",
+                f"{peak_kib * 1024 / 1e6:.1f}",
+                f"{per_pet:.0f}",
+            ]
+        )
     print_table(
-        f"2. Start-up with {options.pets:,} pets in the data file ({size_mb:.0f} MB)",
-        ["run", "spawn to ready s", "VmRSS MB once ready", "VmHWM (peak) MB"],
+        f"2. Start-up and memory with {options.pets:,} pets in the data file "
+        f"({fixture.stat().st_size / 1e6:.0f} MB)",
+        ["server", "spawn to ready s", "VmRSS MB once ready", "VmHWM (peak) MB", "bytes per pet"],
         rows,
     )
     ready = statistics.median(ready_s)
-    rss = statistics.median(rss_mb)
+    rss_mb = statistics.median(rss_kib) * 1024 / 1e6
+    per_pet = (statistics.median(rss_kib) - empty_kib) * 1024 / options.pets
     return [
         Target(
             f"ready within {READY_TARGET_S:g} s with {options.pets:,} pets (median)",
@@ -164,18 +228,103 @@ def bench_startup(tmp: Path, fixture: Path, options: Options, pin: Pinning) -> l
         ),
         Target(
             f"resident under {RSS_TARGET_MB:g} MB with {options.pets:,} pets (median)",
-            f"{rss:.0f} MB",
-            rss < RSS_TARGET_MB,
+            f"{rss_mb:.0f} MB",
+            rss_mb < RSS_TARGET_MB,
+        ),
+        Target(
+            f"resident bytes per pet at {options.pets:,} pets < {BYTES_PER_PET_TARGET:.0f}",
+            f"{per_pet:.0f}",
+            per_pet < BYTES_PER_PET_TARGET,
         ),
     ]
 
 
-# --------------------------------------------------------------------------- 3. latency
+# --------------------------------------------------------------------------- 3. listPets
+
+
+def bench_list(tmp: Path, fixture: Path, options: Options, pin: Pinning) -> list[Target]:
+    small = tmp / "list-small.jsonl"
+    write_fixture(small, LIST_STORE)
+    with serve(fixture, tmp / "big.log", pin) as many, serve(small, tmp / "small.log", pin) as few:
+        many.wait_ready()
+        few.wait_ready()
+        return _list_latency(few, many, options, pin)
+
+
+def _list_latency(few: Server, many: Server, options: Options, pin: Pinning) -> list[Target]:
+    variants = (
+        ("limit=20", ""),
+        ("limit=20 status=available", "&status=available"),
+        ("limit=20, deep (after)", "&after={deep}"),
+        ("limit=20 status=available, deep", "&status=available&after={deep}"),
+    )
+    rows = []
+    targets = []
+    sizes = ((few, LIST_STORE), (many, options.pets))
+    for title, query in variants:
+        print(
+            f"  listPets {title} at {LIST_STORE:,} and {options.pets:,} pets ...", file=sys.stderr
+        )
+        requests = {
+            count: wrk_requests(200, "/v1/pets?limit=20" + query.format(deep=count - 100))
+            for _, count in sizes
+        }
+        loads = {count: (server, requests[count]) for server, count in sizes}
+        runs = alternate(
+            loads,
+            connections=1,
+            rounds=LIST_ROUNDS,
+            seconds=LIST_SECONDS,
+            warmup=options.warmup,
+            pin=pin,
+        )
+        small, large = runs[LIST_STORE], runs[options.pets]
+        p50_ratio = statistics.median(pair_ratios(large, small, lambda run: run.p50_ms))
+        mean_ratio = statistics.median(pair_ratios(large, small, lambda run: run.mean_ms))
+        passed = p50_ratio <= LATENCY_RATIO_TARGET
+        rows.append(
+            [
+                title,
+                *p50_p99(small),
+                *p50_p99(large),
+                f"{p50_ratio:.2f}x",
+                f"{mean_ratio:.2f}x",
+                f"<= {LATENCY_RATIO_TARGET:g}x {verdict(passed)}",
+            ]
+        )
+        targets.append(
+            Target(
+                f"listPets {title}: p50 at {options.pets:,} pets <= {LATENCY_RATIO_TARGET:g}x "
+                f"of {LIST_STORE:,}",
+                f"{p50_ratio:.2f}x",
+                passed,
+            )
+        )
+    k, m = f"{LIST_STORE // 1000}k", f"{options.pets / 1e6:g}M"
+    print_table(
+        f"3. listPets latency, wrk -t1 -c1, {LIST_ROUNDS} rounds of {LIST_SECONDS} s per "
+        "server, access log off (ms; deep: after = pets - 100)",
+        [
+            "request",
+            f"{k} p50",
+            f"{k} p99",
+            f"{m} p50",
+            f"{m} p99",
+            f"p50 {m}/{k}",
+            f"mean {m}/{k}",
+            "target (p50)",
+        ],
+        rows,
+    )
+    return targets
+
+
+# --------------------------------------------------------------------------- 4. create latency
 
 
 def bench_latency(tmp: Path, fixture: Path, options: Options, pin: Pinning) -> Target:
     small = tmp / "small.jsonl"
-    write_fixture(small, SMALL_STORE)
+    write_fixture(small, CREATE_STORE)
     results: list[WrkResult] = []
     for path in (small, fixture):
         with serve(path, tmp / "latency.log", pin) as server:
@@ -185,18 +334,18 @@ def bench_latency(tmp: Path, fixture: Path, options: Options, pin: Pinning) -> T
     few, many = results
     ratios = [many.mean_ms / few.mean_ms, many.p50_ms / few.p50_ms, many.p99_ms / few.p99_ms]
     print_table(
-        f"3. Create latency, file store, wrk -t1 -c1, {options.duration} s after a "
+        f"4. Create latency, file store, wrk -t1 -c1, {options.duration} s after a "
         f"{options.warmup} s warm-up (ms)",
         ["pets stored", "requests/s", *MEASURED],
         [
-            [f"{SMALL_STORE:,}", *measure(few)],
+            [f"{CREATE_STORE:,}", *measure(few)],
             [f"{options.pets:,}", *measure(many)],
-            [f"ratio {options.pets:,}/{SMALL_STORE}", "", *(f"{r:.2f}x" for r in ratios), "", ""],
+            [f"ratio {options.pets:,}/{CREATE_STORE}", "", *(f"{r:.2f}x" for r in ratios), "", ""],
         ],
     )
     return Target(
         f"create latency with {options.pets:,} pets within {LATENCY_RATIO_TARGET:g}x "
-        f"of {SMALL_STORE} (mean, p50)",
+        f"of {CREATE_STORE} (mean, p50)",
         f"{ratios[0]:.2f}x, {ratios[1]:.2f}x",
         max(ratios[:2]) <= LATENCY_RATIO_TARGET and many.errors == few.errors == 0,
     )
@@ -205,55 +354,37 @@ def bench_latency(tmp: Path, fixture: Path, options: Options, pin: Pinning) -> T
 # --------------------------------------------------------------------------- main
 
 
-def parse_options(argv: Sequence[str]) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="bench/durability.py",
-        description="Measure durable creates/s, start-up with 1M pets and create latency.",
+def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
+    probe = statistics.quantiles(fdatasync_ms(tmp), n=100)
+    print(
+        f"data files in {tmp}; an append + fdatasync there takes "
+        f"p50 {probe[49]:.2f} ms, p99 {probe[98]:.2f} ms"
     )
-    parser.add_argument("--duration", type=int, default=5, help="seconds per timed run")
-    parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per run")
-    parser.add_argument("--pets", type=int, default=1_000_000, help="pets in the large file")
-    parser.add_argument("--startup-runs", type=int, default=3, help="starts to time")
-    parser.add_argument("--tmp-dir", help="where the data files go (default: the system's)")
-    flags = parser.parse_args(argv)
-    if flags.duration < 1 or flags.warmup < 1:
-        parser.error("--duration and --warmup are whole seconds, at least 1 (wrk's unit)")
-    return Options(flags.duration, flags.warmup, flags.pets, flags.startup_runs, flags.tmp_dir)
+    targets = [bench_throughput(tmp, options, pin)]
+    fixture = tmp / "large.jsonl"
+    began = time.perf_counter()
+    write_fixture(fixture, options.pets)
+    print(f"\n(wrote {options.pets:,} pets in {time.perf_counter() - began:.1f} s)")
+    targets += bench_startup(tmp, fixture, options, pin)
+    targets += bench_list(tmp, fixture, options, pin)
+    # Last: its creates append to the fixture.
+    targets.append(bench_latency(tmp, fixture, options, pin))
+    return targets
 
 
 def main(argv: Sequence[str]) -> int:
-    options = parse_options(argv)
-    if not prepare():
-        return 2
-    pin = pinning()
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="petstore-bench-", dir=options.tmp_dir) as name:
-        tmp = Path(name)
-        print(f"petstore durability benchmark: Python {platform.python_version()}, {pin.note}")
-        if (load := os.getloadavg()[0]) > BUSY_LOAD:
-            print(f"warning: load average {load:.2f} before the start: other work shares the CPUs")
-        probe = statistics.quantiles(fdatasync_ms(tmp), n=100)
-        print(
-            f"data files in {tmp}; an append + fdatasync there takes "
-            f"p50 {probe[49]:.2f} ms, p99 {probe[98]:.2f} ms"
-        )
-        try:
-            targets = [bench_throughput(tmp, options, pin)]
-            fixture = tmp / "large.jsonl"
-            began = time.perf_counter()
-            write_fixture(fixture, options.pets)
-            print(f"\n(wrote {options.pets:,} pets in {time.perf_counter() - began:.1f} s)")
-            targets += bench_startup(tmp, fixture, options, pin)
-            targets.append(bench_latency(tmp, fixture, options, pin))
-        except BenchError as error:
-            print(f"\nbench: {error}", file=sys.stderr)
-            return 2
-    print_table(
-        f"Targets (whole run {time.perf_counter() - started:.0f} s)",
-        ["target", "measured", "verdict"],
-        [[t.what, t.measured, verdict(t.passed)] for t in targets],
+    parser = argument_parser(
+        "bench/durability.py",
+        "Durable creates/s; start-up, memory, listPets and create latency with 1M pets.",
+        duration=5,
     )
-    return 0 if all(t.passed for t in targets) else 1
+    parser.add_argument("--pets", type=int, default=1_000_000, help="pets in the large file")
+    parser.add_argument("--startup-runs", type=int, default=3, help="starts to time")
+    flags = parse_arguments(parser, argv)
+    if flags.pets <= LIST_STORE or flags.startup_runs < 1:
+        parser.error(f"--pets must be above {LIST_STORE}, --startup-runs at least 1")
+    chosen = Options(flags.duration, flags.warmup, flags.pets, flags.startup_runs)
+    return run_benchmark(lambda tmp, pin: bench(tmp, chosen, pin), flags.tmp_dir, enforced=True)
 
 
 if __name__ == "__main__":

@@ -24,29 +24,15 @@ Needs valgrind (Debian: `apt-get install valgrind`; callgrind_control comes with
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from common import (
-    API_KEY,
-    BenchError,
-    Pinning,
-    Server,
-    free_port,
-    prepare,
-    print_table,
-    run_wrk,
-    serve,
-    spawn,
-)
+from common import BenchError, Pinning, Server, prepare, print_table, run_wrk
 from run import (
     CEILING,
     LOG_OFF,
@@ -54,9 +40,8 @@ from run import (
     ROUND_ORDER,
     SCENARIOS,
     Scenario,
-    ceiling_argv,
     check_same_answers,
-    fill,
+    servers,
 )
 
 CONNECTIONS: Final = 8
@@ -88,27 +73,6 @@ def _newest_total(dumps: Path, pid: int) -> int:
         if line.startswith(("summary:", "totals:")):
             return int(line.split()[1])
     raise BenchError(f"{newest} has no summary line")
-
-
-@contextlib.contextmanager
-def servers(tmp: Path, pin: Pinning) -> Iterator[dict[str, Server]]:
-    """bench/run.py's three servers of the memory store, under callgrind, ready and filled."""
-    with contextlib.ExitStack() as stack:
-        running = {
-            LOG_ON: stack.enter_context(serve(None, tmp / "log-on.log", pin, log_level="info")),
-            LOG_OFF: stack.enter_context(serve(None, tmp / "log-off.log", pin)),
-        }
-        port = free_port()
-        environment = {n: v for n, v in os.environ.items() if not n.startswith("CEILING_")}
-        environment["CEILING_API_KEY"] = API_KEY
-        running[CEILING] = stack.enter_context(
-            spawn(ceiling_argv(pin, port), tmp / "ceiling.log", port, environment)
-        )
-        for server in running.values():
-            server.wait_ready(START_TIMEOUT)
-        with ThreadPoolExecutor(len(running)) as pool:
-            list(pool.map(fill, running.values()))
-        yield {name: running[name] for name in ROUND_ORDER}
 
 
 def count(scenario: Scenario, server: Server, duration: int, pin: Pinning, dumps: Path) -> int:
@@ -152,7 +116,7 @@ def main(argv: Sequence[str]) -> int:
         dumps.mkdir(parents=True, exist_ok=True)
         pin = _valgrind(valgrind, dumps.resolve())
         try:
-            with servers(tmp, pin) as running:
+            with servers("memory", tmp, pin, START_TIMEOUT) as running:
                 check_same_answers(scenarios, running)
                 for scenario in scenarios:
                     print(f"  {scenario.title} ...", file=sys.stderr, flush=True)

@@ -1,7 +1,11 @@
 -- Shared by the wrk scripts (bench/create_pet.lua, bench/request.lua), which load it with
 -- dofile: a microsecond clock (returned), the per-thread results the scripts fill in, and the
 -- setup()/done() pair that prints them for bench/common.py as two lines:
--- "WRK_RESULT {json}" and "WRK_LATENCIES_US ...".
+-- "WRK_RESULT {json}" ("created" counts the answers the script expects) and
+-- "WRK_LATENCIES_US ...". The scripts time each request themselves: wrk 4 "corrects" its own
+-- latency statistics for coordinated omission, adding made-up samples behind every slow
+-- response (one slow fsync becomes dozens), so its mean and percentiles are not the latencies
+-- the requests had.
 
 local ffi = require("ffi")
 ffi.cdef[[
