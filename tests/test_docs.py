@@ -35,19 +35,19 @@ FILES = {
 }
 
 
+@pytest.fixture(params=["", "/api"], ids=["no-root-path", "root-path"])
+def settings(request: pytest.FixtureRequest) -> Settings:
+    """Every in-process test here runs without and with a root path."""
+    return Settings(api_keys=(KEY,), root_path=request.param)
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("settings", "root"),
-    [
-        pytest.param(Settings(api_keys=(KEY,)), "", id="no-root-path"),
-        pytest.param(Settings(api_keys=(KEY,), root_path="/api"), "/api", id="root-path"),
-    ],
-)
 async def test_docs_page_loads_only_the_service_s_files(
-    client: httpx.AsyncClient, root: str
+    client: httpx.AsyncClient, settings: Settings
 ) -> None:
     """The page needs no key, is served with the CSP, and names only our files under the root
     path: the CSS, Swagger UI's bundle, our initializer and the document; no inline script."""
+    root = settings.root_path
     response = await client.get("/docs", headers={"Authorization": ""})
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/html; charset=utf-8"
