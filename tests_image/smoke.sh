@@ -11,7 +11,7 @@
 set -euo pipefail
 
 image=${1:?usage: smoke.sh IMAGE}
-key=image-test-key
+key="image-test-key"
 name=petstore-smoke-$$
 volume=$name-data
 started=()
@@ -25,6 +25,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM # so that the EXIT trap cleans up then too
 
 fail() {
     echo "image-test: FAIL: $*" >&2
@@ -51,7 +52,7 @@ start() {
     quietly podman run --detach --name "$container" \
         --publish 127.0.0.1::8000 --volume "$volume:/data" \
         --env PETSTORE_API_KEYS="$key" --env PETSTORE_DATA=/data/pets.jsonl \
-        "$image" >/dev/null
+        "$image" >/dev/null || fail "podman run $container (its error above)"
     address=$(podman port "$container" 8000)
     deadline=$(($(now_ms) + 30000))
     until check=$(podman healthcheck run "$container" 2>&1); do
@@ -67,7 +68,7 @@ start() {
     ok "$container healthy through its HEALTHCHECK (podman healthcheck run), at $address"
 }
 
-# request METHOD PATH [curl arguments]: sets $status, $body and $headers (lower-cased names).
+# request METHOD PATH [curl arguments]: sets $status, $body and $headers (lower-cased).
 request() {
     status=$(curl --silent --show-error --max-time 5 --request "$1" "http://$address$2" \
         --output "$work/body" --dump-header "$work/headers" --write-out '%{http_code}' "${@:3}") ||
@@ -113,7 +114,7 @@ ok "runs as uid 10001, python app.py as PID 1"
 
 # podman stop sends the STOPSIGNAL (SIGTERM) and SIGKILLs after 10 s (exit status 137).
 begin=$(now_ms)
-quietly podman stop "$name" >/dev/null
+quietly podman stop "$name" >/dev/null || fail "podman stop $name (its error above)"
 took=$(($(now_ms) - begin))
 ((took < 5000)) || fail "podman stop took $took ms (5000 at most)"
 expect "exit status after podman stop" "$(podman inspect --format '{{.State.ExitCode}}' "$name")" 0
