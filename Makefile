@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LOCK := requirements-dev.lock
 
-.PHONY: install run test lint typecheck bench lock clean
+.PHONY: install run test lint typecheck bench lock clean image-test
 
 install: $(VENV)/.installed
 
@@ -25,6 +25,11 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest
+
+# Builds the Containerfile with podman and smoke-tests the image (as root; see .ci/image-test).
+# Not part of `make test`: it needs podman and takes its own minute or two.
+image-test:
+	bash .ci/image-test
 
 bench: install
 	$(BIN)/python bench/run.py
