@@ -7,8 +7,9 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import random
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, TextIO
 
 import msgspec
@@ -17,24 +18,38 @@ from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
+from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from datafile import DataFileError, FileStore
 from docs import Docs
-from middleware import AccessLog, BearerAuth, Cors, RootPath
-from parsing import decode_new_pet, header, integer, is_json, list_query, not_json_reason, read_body
-from routing import Endpoint, IndexedRouter, JSONResponse, Refused, error_response, invalid
+from faults import FaultRules, Faults
+from journal import Journal, JournalRecorder
+from middleware import AccessLog, Area, BearerAuth, Cors, RootPath
+from openapi import openapi_document
+from parsing import decode_new_pet, integer, list_query, not_json_reason, read_body, require_json
+from routing import (
+    Endpoint,
+    IndexedRouter,
+    JSONResponse,
+    Refused,
+    error_response,
+    invalid,
+    route_path,
+)
 from schemas import (
+    ADMIN_REALM,
+    BEARER_REALM,
     DEPRECATION,
     INT64_MAX,
     INT64_MIN,
     SUCCESSOR_PATH,
     SUNSET,
     ErrorCode,
+    Operation,
     SeedPet,
     encoder,
-    openapi_document,
     seed_decoder,
 )
-from server import StallGuard, access_log_stream, configure_logging, serve
+from server import StallGuard, access_log_stream, configure_logging, healthcheck, serve
 from settings import Settings, SettingsError, load_settings, with_key
 from store import MemoryStore, PetStore, StorageUnavailable, seed_pets
 
@@ -75,12 +90,7 @@ class PetRoutes:
         return JSONResponse(encoder.encode(page.pets), 200, [(b"link", link.encode())])
 
     async def create_pet(self, scope: Scope, receive: Receive) -> Response:
-        if not is_json(header(scope, b"content-type")):
-            raise Refused(
-                415,
-                ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-                "Content-Type must be application/json (UTF-8)",
-            )
+        require_json(scope)
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
         try:
             pet = await self.store.add(new_pet)
@@ -118,32 +128,55 @@ class PetRoutes:
 
 # --------------------------------------------------------------------------- the app
 
+# --------------------------------------------------------------------------- the app
+
 OPENAPI_PATH: Final = "/v1/openapi.json"
+API_AREA: Final = Area("/v1", BEARER_REALM, "API key", frozenset({OPENAPI_PATH}))
+ADMIN_AREA: Final = Area(ADMIN_PREFIX, ADMIN_REALM, "admin key", frozenset({ADMIN_OPENAPI_PATH}))
+# The operations a fault rule can name, by route and method.
+OPERATIONS: Final = {
+    ("/v1/pets", "GET"): Operation.LIST_PETS,
+    ("/v1/pets", "HEAD"): Operation.LIST_PETS,
+    ("/v1/pets", "POST"): Operation.CREATE_PET,
+    ("/v1/pets/{petId}", "GET"): Operation.GET_PET,
+    ("/v1/pets/{petId}", "HEAD"): Operation.GET_PET,
+}
 
 
 class Petstore:
     """The ASGI app: the middleware around the router, with a handle on both for tests and main."""
 
-    def __init__(self, app: ASGIApp, router: Router, health: Health, access_log: AccessLog) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        router: Router,
+        health: Health,
+        access_log: AccessLog,
+        plane: ControlPlane | None,
+    ) -> None:
         self.app = app
         self.router = router
         self.health = health
         self.access_log = access_log
+        self.plane = plane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
 
 
 def create_app(
-    settings: Settings, store: PetStore, *, access_log: TextIO | None = None
+    settings: Settings,
+    store: PetStore,
+    *,
+    access_log: TextIO | None = None,
+    chance: Callable[[], float] = random.random,
 ) -> Petstore:
-    """Routes, then (outermost last) auth, CORS, the access log (last-resort 500), root path."""
+    """Routes, then (outermost last) faults, auth, admin auth, the journal, CORS, the access log
+    (request ids, last-resort 500), root path. The test-control plane's layers and routes are
+    there only with an admin key; `chance` is the fault rules' random draw."""
     if not settings.api_keys:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
-
-    # --------------------------------------------------------------------------- the app
-
     handlers = PetRoutes(store, settings, health)
     deprecation = {
         "Deprecation": DEPRECATION,
@@ -166,24 +199,41 @@ def create_app(
             await store.close()
             log.flush()
 
-    router = IndexedRouter(
-        [
-            Route("/v1/pets/{petId}", Endpoint({"GET": handlers.get_pet}, deprecation)),
-            Route("/v1/pets", Endpoint({"GET": handlers.list_pets, "POST": handlers.create_pet})),
-            Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),
-            Route("/healthz", Endpoint({"GET": handlers.healthz})),
-            Route("/readyz", Endpoint({"GET": handlers.readyz})),
-            *Docs(OPENAPI_PATH).routes(),
-        ],
-        lifespan=lifespan,
-    )
-    app: ASGIApp = BearerAuth(router, settings.api_keys, [OPENAPI_PATH], router.headers_for)
+    routes = [
+        Route("/v1/pets/{petId}", Endpoint({"GET": handlers.get_pet}, deprecation)),
+        Route("/v1/pets", Endpoint({"GET": handlers.list_pets, "POST": handlers.create_pet})),
+        Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),
+        Route("/healthz", Endpoint({"GET": handlers.healthz})),
+        Route("/readyz", Endpoint({"GET": handlers.readyz})),
+        *Docs(OPENAPI_PATH).routes(),
+    ]
+    plane = None
+    if settings.admin_keys:
+        journal = None
+        if settings.journal_size:
+            journal = Journal(settings.journal_size, [*settings.api_keys, *settings.admin_keys])
+        plane = ControlPlane(store, journal, FaultRules(chance))
+        routes += plane.routes()
+    router = IndexedRouter(routes, lifespan=lifespan)
+
+    def operation_of(scope: Scope) -> Operation | None:
+        found = router.lookup(route_path(scope))
+        return OPERATIONS.get((found[0].path, scope["method"])) if found else None
+
+    app: ASGIApp = router
+    if plane:
+        app = Faults(app, plane.rules, operation_of)
+    app = BearerAuth(app, settings.api_keys, API_AREA, router.headers_for)
+    if plane:
+        app = BearerAuth(app, settings.admin_keys, ADMIN_AREA)
+        if plane.journal:
+            app = JournalRecorder(app, plane.journal, body_paths=["/v1/pets"])
     if settings.cors_origins:
         app = Cors(app, settings.cors_origins)
     app = log = AccessLog(app, access_log)
     if settings.root_path:
         app = RootPath(app, settings.root_path)
-    return Petstore(app, router, health, log)
+    return Petstore(app, router, health, log, plane)
 
 
 async def _flush_every(log: AccessLog, seconds: float) -> None:
@@ -231,9 +281,17 @@ def build(settings: Settings) -> Petstore:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python app.py [flags]`: serve until SIGTERM or Ctrl-C."""
+    """`python app.py [flags]`: serve until SIGTERM or Ctrl-C. `python app.py healthcheck
+    [flags]`: whether the service these settings describe answers /healthz (exit 0 or 1)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["healthcheck"]:
+        try:
+            return healthcheck(load_settings(argv[1:], os.environ))
+        except SettingsError as error:
+            print(f"petstore healthcheck: {error}", file=sys.stderr)
+            return 1
     try:
-        settings = load_settings(sys.argv[1:] if argv is None else argv, os.environ)
+        settings = load_settings(argv, os.environ)
         configure_logging(settings.log_level)
         settings = with_key(settings, sys.stdout)
         app = build(settings)

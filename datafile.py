@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import msgspec
 
 from schemas import NewPet, Pet, SeedPet, encoder, pet_decoder
-from store import IndexedReads, PetIndex, StorageUnavailable, seed_pets
+from store import IndexedReads, PetIndex, ResetUnavailable, StorageUnavailable, seed_pets
 
 logger = logging.getLogger("petstore.store")
 
@@ -176,6 +176,11 @@ class FileStore(IndexedReads):
         self._size += len(data)
         for pet in pets:
             self._index.append(pet)
+
+    def reset(self) -> int:
+        raise ResetUnavailable(
+            "Only the in-memory store can be reset: pets in a data file are never deleted"
+        )
 
     async def open(self) -> None:
         self._writer = threading.Thread(target=self._write_loop, name="petstore-writer")

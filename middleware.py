@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import logging
+import re
+import secrets
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final, TextIO
 
 from starlette.datastructures import Headers
@@ -14,10 +18,21 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from routing import STATUS, JSONResponse, RawHeaders, error_response, internal_error, route_path
-from schemas import BEARER_REALM, ErrorCode
+from routing import (
+    REQUEST_ID,
+    STATUS,
+    JSONResponse,
+    RawHeaders,
+    error_response,
+    internal_error,
+    route_path,
+)
+from schemas import ErrorCode
 
 logger = logging.getLogger("petstore")
+
+# X-Request-Id as the contract takes it from a client: 1 to 128 visible ASCII characters.
+_REQUEST_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
 
 
 class RootPath:
@@ -38,8 +53,12 @@ class RootPath:
 
 
 class AccessLog:
-    """One line per request (client, method, path, status, duration in microseconds), never a
-    header; no lines at all when `stream` is None (log level warning and above).
+    """One line per request (client, method, path, status, duration in microseconds, request
+    id), never a header; no lines at all when `stream` is None (log level warning and above).
+
+    Being the outermost of our layers, it gives each request its id (scope[REQUEST_ID]): the
+    client's own X-Request-Id when that is 1 to 128 visible ASCII characters, else one made of
+    a per-process random prefix and a counter (a fraction of a microsecond; uuid4 costs two).
 
     A request costs one tuple appended to a list; `flush()`, which the lifespan calls every half
     second, turns them into lines and writes them in one go. Writing each line as its request
@@ -52,13 +71,24 @@ class AccessLog:
     def __init__(self, app: ASGIApp, stream: TextIO | None) -> None:
         self.app = app
         self.stream = stream
-        self.entries: list[tuple[tuple[str, int] | None, str, str, int, int]] = []
+        self.entries: list[tuple[tuple[str, int] | None, str, str, int, int, bytes]] = []
+        self.id_prefix = secrets.token_hex(4).encode() + b"-"
+        self.id_counter = itertools.count(1)
+
+    def request_id(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        for name, value in headers:
+            if name == b"x-request-id":
+                if _REQUEST_ID.fullmatch(value):
+                    return value
+                break
+        return b"%s%x" % (self.id_prefix, next(self.id_counter))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter_ns()
+        scope[REQUEST_ID] = request_id = self.request_id(scope["headers"])
         try:
             await self.app(scope, receive, send)
         except Exception:
@@ -75,6 +105,7 @@ class AccessLog:
                         scope["path"],
                         scope.get(STATUS, 500),
                         elapsed,
+                        request_id,
                     )
                 )
 
@@ -84,8 +115,9 @@ class AccessLog:
             return
         entries, self.entries = self.entries, []
         lines = [
-            f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us\n'
-            for client, method, path, status, elapsed in entries
+            f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us '
+            f"{request_id.decode('latin-1')}\n"
+            for client, method, path, status, elapsed, request_id in entries
         ]
         try:
             self.stream.write("".join(lines))
@@ -95,8 +127,19 @@ class AccessLog:
             self.stream = None  # keep serving; and stop collecting lines nobody can read
 
 
+@dataclass(frozen=True)
+class Area:
+    """The paths one set of keys guards: those under `prefix` but the public ones."""
+
+    prefix: str
+    realm: str  # of the WWW-Authenticate challenge
+    key_name: str  # as the 401's message names it
+    public_paths: frozenset[str]
+
+
 class BearerAuth:
-    """Refuse every request under /v1 (but the public paths) without an accepted key.
+    """Refuse every request under the prefix (/v1 or /_admin) but its public paths without an
+    accepted key.
 
     It runs before routing, so an unauthenticated client learns nothing: no 404, no 400.
     Keys are compared as SHA-256 digests with hmac.compare_digest, every key every time.
@@ -107,26 +150,28 @@ class BearerAuth:
         self,
         app: ASGIApp,
         keys: Sequence[str],
-        public_paths: Sequence[str],
-        headers_for: Callable[[Scope], RawHeaders],
+        area: Area,
+        headers_for: Callable[[Scope], RawHeaders] = lambda scope: (),
     ) -> None:
         self.app = app
         self.digests = [hashlib.sha256(key.encode()).digest() for key in keys]
-        self.public_paths = frozenset(public_paths)
+        self.public_paths = area.public_paths
         self.headers_for = headers_for
-        challenge = f'Bearer realm="{BEARER_REALM}"'
+        self.prefix, self.under_prefix = area.prefix, area.prefix + "/"
+        key_name = area.key_name
+        challenge = f'Bearer realm="{area.realm}"'
         # Built once (the 401 is a hot path too), by whether a bearer token was sent at all.
         self.refusals = {
             False: error_response(
                 401,
                 ErrorCode.UNAUTHORIZED,
-                "Missing credential: send Authorization: Bearer <API key>",
+                f"Missing credential: send Authorization: Bearer <{key_name}>",
                 {"WWW-Authenticate": challenge},
             ),
             True: error_response(
                 401,
                 ErrorCode.UNAUTHORIZED,
-                "The API key is not accepted",
+                f"The {key_name} is not accepted",
                 {"WWW-Authenticate": f'{challenge}, error="invalid_token"'},
             ),
         }
@@ -143,7 +188,9 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         path = route_path(scope)
-        if (not path.startswith("/v1/") and path != "/v1") or path in self.public_paths:
+        if (not path.startswith(self.under_prefix) and path != self.prefix) or (
+            path in self.public_paths
+        ):
             await self.app(scope, receive, send)
             return
         authorization = b""

@@ -16,8 +16,10 @@ logger = logging.getLogger("petstore")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
-# The scope key where a response notes its status once it starts (ASGI allows extension keys).
+# Scope keys (ASGI allows extension keys): the status a response notes once it starts, and the
+# request's id (middleware.AccessLog sets it), which every response carries as X-Request-Id.
 STATUS: Final = "petstore.status"
+REQUEST_ID: Final = "petstore.request_id"
 
 
 class JSONResponse(Response):
@@ -38,9 +40,10 @@ class JSONResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope[STATUS] = self.status_code
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
+        headers = self.raw_headers
+        if (request_id := scope.get(REQUEST_ID)) is not None:
+            headers = [*headers, (b"x-request-id", request_id)]
+        await send({"type": "http.response.start", "status": self.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": self.body})
 
 
@@ -51,6 +54,14 @@ class BytesResponse(JSONResponse):
         super().__init__(body, 200, headers)
         self.media_type = content_type
         self.raw_headers[1] = (b"content-type", content_type.encode())
+
+
+class NoContent(JSONResponse):
+    """204: done, nothing to say (no body, so no Content-Type or Content-Length either)."""
+
+    def __init__(self) -> None:
+        super().__init__(b"", 204)
+        self.raw_headers = []
 
 
 def error_response(

@@ -1,10 +1,10 @@
-"""Wire types of the petstore interface and the OpenAPI document built from them (no I/O)."""
+"""Wire types of the petstore interface: msgspec Structs, their codecs, the contract's constants."""
 
 from __future__ import annotations
 
 import decimal
 import enum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -22,6 +22,13 @@ SUNSET: Final = "Thu, 05 Dec 2030 00:00:00 GMT"
 SUCCESSOR_PATH: Final = "/v1/pets"
 
 BEARER_REALM: Final = "petstore"
+ADMIN_REALM: Final = "petstore-admin"
+
+# The test-control plane's bounds (CONTRACT.md, Test-control plane).
+INJECTABLE_STATUSES: Final = (429, 500, 502, 503, 504)
+RETRY_AFTER_STATUSES: Final = (429, 503)
+DELAY_MAX_MS: Final = 60_000
+JOURNAL_BODY_LIMIT: Final = 4096
 
 
 class PetStatus(enum.Enum):
@@ -44,6 +51,8 @@ class ErrorCode(enum.Enum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     STORAGE_UNAVAILABLE = "storage_unavailable"
     INTERNAL_ERROR = "internal_error"
+    RESET_UNAVAILABLE = "reset_unavailable"
+    INJECTED_FAULT = "injected_fault"
 
 
 class CategoryId(int):
@@ -112,6 +121,63 @@ class Error(msgspec.Struct, frozen=True):
     ]
 
 
+class Operation(enum.Enum):
+    """An operation of the interface a fault rule applies to; `*` is any of the three."""
+
+    LIST_PETS = "listPets"
+    CREATE_PET = "createPet"
+    GET_PET = "getPet"
+    ANY = "*"
+
+
+class NewFaultRule(msgspec.Struct, forbid_unknown_fields=True):
+    """A fault rule as POST /_admin/faults takes it: `operation` and one of `status`, `delayMs`
+    or `drop` (not both `status` and `drop`); `retryAfter` only with 429 or 503."""
+
+    operation: Operation
+    status: Literal[429, 500, 502, 503, 504] | msgspec.UnsetType = msgspec.UNSET
+    delayMs: Annotated[int, msgspec.Meta(ge=0, le=DELAY_MAX_MS)] | msgspec.UnsetType = msgspec.UNSET
+    drop: bool | msgspec.UnsetType = msgspec.UNSET
+    times: Annotated[int, msgspec.Meta(ge=1)] | msgspec.UnsetType = msgspec.UNSET
+    probability: Annotated[float, msgspec.Meta(ge=0, le=1)] | msgspec.UnsetType = msgspec.UNSET
+    retryAfter: Annotated[int, msgspec.Meta(ge=0)] | msgspec.UnsetType = msgspec.UNSET
+
+
+class FaultRule(NewFaultRule, kw_only=True):
+    """A fault rule in force; `times`, if given, is what is left of it."""
+
+    id: Annotated[int, msgspec.Meta(ge=1)]
+
+
+class JournalEntry(msgspec.Struct):
+    """One request under /v1 as the service received and answered it (no credential in it)."""
+
+    seq: int
+    time: Annotated[str, msgspec.Meta(description="When it arrived, RFC 3339, UTC")]
+    method: str
+    path: str
+    query: str
+    status: Annotated[int | None, msgspec.Meta(description="null: the connection was dropped")]
+    durationMs: float
+    requestId: str
+    headers: dict[str, str]
+    body: str | msgspec.UnsetType = msgspec.UNSET
+    bodyTruncated: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class Journal(msgspec.Struct):
+    """The journal, oldest first; `dropped` counts entries the ring pushed out since a clear."""
+
+    requests: list[JournalEntry]
+    dropped: int
+
+
+class ResetDone(msgspec.Struct):
+    """The store is back to its state right after start: this many pets."""
+
+    pets: int
+
+
 _JSON_TYPE_NAMES: Final = {
     type(None): "null",
     bool: "bool",
@@ -144,7 +210,7 @@ def decode_hook(type_: type, value: Any) -> Any:
     return CategoryId(value)
 
 
-def _schema_hook(type_: type) -> dict[str, Any]:
+def schema_hook(type_: type) -> dict[str, Any]:
     if type_ is CategoryId:
         return {
             "type": "integer",
@@ -166,197 +232,3 @@ seed_decoder: Final = msgspec.json.Decoder(
 # Any JSON text at all, numbers of any size (to tell "not JSON" from "not a NewPet").
 any_json_decoder: Final = msgspec.json.Decoder(float_hook=decimal.Decimal)
 encoder: Final = msgspec.json.Encoder()
-
-
-def openapi_document(root_path: str = "") -> dict[str, Any]:
-    """The OpenAPI 3.1 description of the three operations, schemas generated from the types."""
-    ref = "#/components/schemas/{name}"
-    (new_pet_ref, pet_ref, error_ref), schemas = msgspec.json.schema_components(
-        [NewPet, Pet, Error], ref_template=ref, schema_hook=_schema_hook
-    )
-    for schema in schemas.values():  # msgspec leaves the type of an enumeration implicit
-        if "enum" in schema:
-            schema["type"] = "string"
-    status_ref = {"$ref": ref.format(name="PetStatus")}
-    int64 = {"type": "integer", "format": "int64"}
-
-    def json_content(schema: dict[str, Any]) -> dict[str, Any]:
-        return {"application/json": {"schema": schema}}
-
-    def error(description: str, *codes: ErrorCode, headers: dict[str, Any] | None = None) -> Any:
-        # Every error response is the one Error schema, so that a generated client has one
-        # error type; the codes a response can carry are named in its description.
-        names = ", ".join(f"`{code.value}`" for code in codes)
-        response: dict[str, Any] = {
-            "description": f"{description} (code {names})",
-            "content": json_content(error_ref),
-        }
-        if headers:
-            response["headers"] = headers
-        return response
-
-    def header_ref(name: str) -> dict[str, str]:
-        return {"$ref": f"#/components/headers/{name}"}
-
-    unauthorized = error(
-        "Credential missing or invalid",
-        ErrorCode.UNAUTHORIZED,
-        headers={"WWW-Authenticate": header_ref("WWW-Authenticate")},
-    )
-    internal = error("Unexpected failure; the log has the details", ErrorCode.INTERNAL_ERROR)
-    validation = error("A parameter holds an invalid value", ErrorCode.VALIDATION_ERROR)
-    deprecation_headers = {
-        "Deprecation": header_ref("Deprecation"),
-        "Sunset": header_ref("Sunset"),
-        "Link": header_ref("SuccessorLink"),
-    }
-
-    def deprecated(response: dict[str, Any]) -> dict[str, Any]:
-        return {**response, "headers": {**response.get("headers", {}), **deprecation_headers}}
-
-    list_pets = {
-        "operationId": "listPets",
-        "summary": "List animals, a page at a time, in ascending id order",
-        "description": "A page of at most `limit` animals, in ascending id order, optionally "
-        'only those with one `status`. When more follow, the `Link` header (rel="next") '
-        "holds the URL of the next page.",
-        "tags": ["animals"],
-        "parameters": [
-            {
-                "name": "limit",
-                "in": "query",
-                "required": False,
-                "description": "Maximum number of animals returned",
-                "schema": {
-                    "type": "integer",
-                    "minimum": LIMIT_MIN,
-                    "maximum": LIMIT_MAX,
-                    "default": LIMIT_DEFAULT,
-                },
-            },
-            {
-                "name": "status",
-                "in": "query",
-                "required": False,
-                "description": "Only animals with this status",
-                "schema": status_ref,
-            },
-            {
-                "name": "after",
-                "in": "query",
-                "required": False,
-                "description": "Return the page that follows this id (exclusive)",
-                "schema": {**int64, "minimum": 0, "maximum": INT64_MAX},
-            },
-        ],
-        "responses": {
-            "200": {
-                "description": "A page of animals",
-                "headers": {"Link": header_ref("NextLink")},
-                "content": json_content({"type": "array", "items": pet_ref}),
-            },
-            "400": validation,
-            "401": unauthorized,
-            "500": internal,
-        },
-    }
-    create_pet = {
-        "operationId": "createPet",
-        "summary": "Add an animal",
-        "description": "Stores a NewPet under the next id and answers the Pet, with its "
-        "`Location`. An omitted `status` stays omitted.",
-        "tags": ["animals"],
-        "requestBody": {"required": True, "content": json_content(new_pet_ref)},
-        "responses": {
-            "201": {
-                "description": "The animal as stored, with its id",
-                "headers": {"Location": header_ref("Location")},
-                "content": json_content(pet_ref),
-            },
-            "400": error(
-                "The body is not JSON, or not a NewPet",
-                ErrorCode.MALFORMED_JSON,
-                ErrorCode.VALIDATION_ERROR,
-            ),
-            "401": unauthorized,
-            "413": error("The body is over the size limit", ErrorCode.PAYLOAD_TOO_LARGE),
-            "415": error("The body is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
-            "500": internal,
-            "503": error("The store can't take writes", ErrorCode.STORAGE_UNAVAILABLE),
-        },
-    }
-    get_pet = {
-        "operationId": "getPet",
-        "summary": "Fetch one animal by id",
-        "description": "Deprecated: removed on 5 December 2030. Use listPets with `status`.",
-        "deprecated": True,
-        "tags": ["animals"],
-        "parameters": [
-            {
-                "name": "petId",
-                "in": "path",
-                "required": True,
-                "description": "Id of the animal",
-                "schema": {**int64},
-            },
-        ],
-        "responses": {
-            "200": deprecated({"description": "The animal", "content": json_content(pet_ref)}),
-            "400": deprecated(error("petId is not an int64", ErrorCode.VALIDATION_ERROR)),
-            "401": deprecated(unauthorized),
-            "404": deprecated(error("No animal has this id", ErrorCode.NOT_FOUND)),
-            "500": deprecated(internal),
-        },
-    }
-
-    def string_header(description: str, **schema: Any) -> dict[str, Any]:
-        return {"description": description, "schema": {"type": "string", **schema}}
-
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "Petstore",
-            "version": "1.0.0",
-            "description": "List, add and fetch the animals of a store.",
-            "license": {"name": "MIT", "identifier": "MIT"},
-        },
-        "servers": [{"url": f"{root_path}/v1"}],
-        "tags": [{"name": "animals", "description": "The store's animals"}],
-        "security": [{"bearerAuth": []}],
-        "paths": {
-            "/pets": {"get": list_pets, "post": create_pet},
-            "/pets/{petId}": {"get": get_pet},
-        },
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {
-                "bearerAuth": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "Authorization: Bearer <API key>",
-                }
-            },
-            "headers": {
-                "WWW-Authenticate": {
-                    **string_header("RFC 6750 challenge"),
-                    "required": True,
-                },
-                "Location": {**string_header("Path of the new animal"), "required": True},
-                "NextLink": string_header(
-                    'RFC 8288 link to the next page, rel="next"; absent on the last page'
-                ),
-                "Deprecation": {
-                    **string_header("RFC 9745 deprecation date", const=DEPRECATION),
-                    "required": True,
-                },
-                "Sunset": {
-                    **string_header("RFC 8594 removal date", const=SUNSET),
-                    "required": True,
-                },
-                "SuccessorLink": {
-                    **string_header('RFC 8288 link, rel="successor-version"'),
-                    "required": True,
-                },
-            },
-        },
-    }

@@ -1,18 +1,22 @@
-"""Running under uvicorn: the slow-client guard, shutdown that turns readiness off, the logs."""
+"""Running under uvicorn: the slow-client guard, the ready line, readiness off at shutdown, the
+logs, and `healthcheck`."""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import logging
+import socket
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.config import LOG_LEVELS
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from faults import CLOSE_EXTENSION
 from settings import Settings
 
 logger = logging.getLogger("petstore")
@@ -28,6 +32,7 @@ class StallGuard(HttpToolsProtocol):
     """
 
     client_timeout: float = 10.0
+    offers_close = False  # the test-control plane's `drop`: scope["extensions"][CLOSE_EXTENSION]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -48,6 +53,8 @@ class StallGuard(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._began = self._progress = self.loop.time()
+        if self.offers_close:
+            self.scope["extensions"] = {CLOSE_EXTENSION: {"close": self.transport.close}}
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
@@ -73,16 +80,27 @@ class StallGuard(HttpToolsProtocol):
         self._timer = self.loop.call_at((since or now) + self.client_timeout, self._check)
 
 
-def _guard(timeout: float) -> type[StallGuard]:
-    return type("StallGuard", (StallGuard,), {"client_timeout": timeout})
+def _guard(timeout: float, offers_close: bool) -> type[StallGuard]:
+    attributes = {"client_timeout": timeout, "offers_close": offers_close}
+    return type("StallGuard", (StallGuard,), attributes)
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server that also turns /readyz to 503 as soon as shutdown begins."""
+    """uvicorn's server that says where it listens once it does, and turns /readyz to 503 as
+    soon as shutdown begins."""
 
     def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
         super().__init__(config)
         self.on_exit = on_exit
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)  # the lifespan (the store loaded), then the listening socket
+        if self.started:
+            # Before any request can be taken (nothing awaits between here and the loop), so
+            # before any access-log line: a harness that started us with --port 0 reads it.
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            address = f"[{host}]" if ":" in host else host
+            print(f"petstore: ready at http://{address}:{port}/v1", flush=True)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.on_exit()
@@ -122,9 +140,34 @@ def serve(app: ASGIApp, settings: Settings, on_exit: Callable[[], None]) -> None
         port=settings.port,
         log_level=settings.log_level,
         access_log=False,  # ours is cheaper and keeps the duration
-        http=_guard(settings.client_timeout),
+        http=_guard(settings.client_timeout, offers_close=bool(settings.admin_keys)),
         lifespan="on",
         timeout_graceful_shutdown=5,
         server_header=False,
     )
     _Server(config, on_exit).run()
+
+
+# Where `healthcheck` asks when the service listens on every address.
+_LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104 - maps away from them
+
+
+def healthcheck(settings: Settings) -> int:
+    """`python app.py healthcheck`: 0 when /healthz answers 200 within 2 s, else 1 and one line
+    on stderr. No curl in a slim image, and no HTTP proxy consulted (http.client uses none)."""
+    host = _LOOPBACK.get(settings.host, settings.host)
+    address = f"[{host}]" if ":" in host else host
+    url = f"http://{address}:{settings.port}/healthz"
+    connection = http.client.HTTPConnection(host, settings.port, timeout=2)
+    try:
+        connection.request("GET", "/healthz")
+        status = connection.getresponse().status
+    except (OSError, http.client.HTTPException) as error:
+        print(f"petstore healthcheck: {url}: {error}", file=sys.stderr)
+        return 1
+    finally:
+        connection.close()
+    if status != 200:
+        print(f"petstore healthcheck: {url} answered {status}", file=sys.stderr)
+        return 1
+    return 0

@@ -33,6 +33,8 @@ class Settings:
     log_level: str = "info"
     client_timeout: float = 10.0
     cors_origins: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] = ()  # none: no test-control plane
+    journal_size: int = 1000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cors-origin", action="append", metavar="ORIGIN", help="browser origin allowed, or *"
     )
+    parser.add_argument(
+        "--admin-key", action="append", metavar="KEY", help="opens /_admin, repeatable"
+    )
+    parser.add_argument("--journal-size", metavar="N", help="requests the journal keeps")
     return parser
 
 
@@ -111,6 +117,7 @@ _SOURCES: Final = (
     ("root_path", "PETSTORE_ROOT_PATH", _root_path),
     ("log_level", "PETSTORE_LOG_LEVEL", _log_level),
     ("client_timeout", "PETSTORE_CLIENT_TIMEOUT", _seconds),
+    ("journal_size", "PETSTORE_JOURNAL_SIZE", _integer(0, 1_000_000)),
 )
 
 
@@ -142,6 +149,15 @@ def _api_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[st
     file_source = "--api-key-file" if flags.api_key_file is not None else "PETSTORE_API_KEYS_FILE"
     if path := flags.api_key_file or environ.get("PETSTORE_API_KEYS_FILE"):
         keys += [(key, file_source) for key in _read_key_file(path, file_source)]
+    return _tokens(keys)
+
+
+def _admin_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
+    return _tokens(_listed(flags.admin_key, "--admin-key", environ, "PETSTORE_ADMIN_KEYS"))
+
+
+def _tokens(keys: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The keys, each checked to be a bearer token (the message never shows one), once each."""
     for number, (key, source) in enumerate(keys, 1):
         if not _BEARER_TOKEN.fullmatch(key):
             raise SettingsError(
@@ -169,8 +185,11 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     flags = _parser().parse_args(argv)
     values: dict[str, Any] = {
         "api_keys": _api_keys(flags, environ),
+        "admin_keys": _admin_keys(flags, environ),
         "cors_origins": _cors_origins(flags, environ),
     }
+    if set(values["api_keys"]) & set(values["admin_keys"]):
+        raise SettingsError("a key is configured both as an API key and as an admin key")
     for field, variable, parse in _SOURCES:
         if (flag := getattr(flags, field)) is not None:
             values[field] = parse(flag, "--" + field.replace("_", "-"))

@@ -17,6 +17,10 @@ class StorageUnavailable(Exception):
     """The store can't take this write; nothing was stored and the id is not reused."""
 
 
+class ResetUnavailable(Exception):
+    """This store never deletes pets, so it can't go back to its start."""
+
+
 class Page(msgspec.Struct, frozen=True):
     """One page of pets in ascending id order; `has_more` says whether pets follow it."""
 
@@ -29,6 +33,10 @@ class PetStore(Protocol):
 
     def seed(self, pets: Sequence[SeedPet]) -> bool:
         """Store these pets if the store is empty (before serving); whether it did."""
+
+    def reset(self) -> int:
+        """Back to the state right after start (the seed, ids included); how many pets that is.
+        Raises ResetUnavailable where pets are never deleted (a data file, a database)."""
 
     async def open(self) -> None:
         """Get ready to serve; called once before the first request."""
@@ -131,14 +139,24 @@ class MemoryStore(IndexedReads):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._index = PetIndex()
+        self._seeded: list[Pet] = []  # what reset() goes back to
 
     def seed(self, pets: Sequence[SeedPet]) -> bool:
         with self._lock:
             if len(self._index):
                 return False
-            for pet in seed_pets(pets, self._index.last_id):
+            self._seeded = seed_pets(pets, self._index.last_id)
+            for pet in self._seeded:
                 self._index.append(pet)
         return True
+
+    def reset(self) -> int:
+        index = PetIndex()
+        for pet in self._seeded:
+            index.append(pet)
+        with self._lock:
+            self._index = index
+        return len(index)
 
     async def open(self) -> None:
         pass

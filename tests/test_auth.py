@@ -191,7 +191,7 @@ async def test_public_paths_need_no_credential(
         assert response.json() == expected
 
 
-LOG_LINE = re.compile(r'\S+ "(?P<method>[A-Z]+) (?P<path>/\S*)" (?P<status>\d{3}) \d+us')
+LOG_LINE = re.compile(r'\S+ "(?P<method>[A-Z]+) (?P<path>/\S*)" (?P<status>\d{3}) \d+us \S+')
 
 
 async def test_access_log_has_method_path_status_duration_and_never_the_key(

@@ -13,9 +13,11 @@ import httpx
 import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
-from app import Petstore
+from app import Petstore, create_app
 from settings import Settings
+from store import MemoryStore
 from tests.conftest import KEY, ROOT, ServerFactory
+from tests.test_control_plane import ADMIN_KEY
 
 ERROR_CODES = {
     "unauthorized",
@@ -27,6 +29,9 @@ ERROR_CODES = {
     "payload_too_large",
     "storage_unavailable",
     "internal_error",
+    # The test-control plane's (the idempotency extension's two come with it).
+    "reset_unavailable",
+    "injected_fault",
 }
 OPERATIONS = {
     ("/pets", "get"): "listPets",
@@ -81,6 +86,22 @@ async def test_document_is_valid_openapi_31(document: dict[str, Any]) -> None:
     """The served document passes the OpenAPI 3.1 validator."""
     assert document["openapi"].startswith("3.1.")
     validate(document, cls=OpenAPIV31SpecValidator)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("root_path", ["", "/api"])
+async def test_control_plane_document_is_valid_openapi_31(root_path: str) -> None:
+    """/_admin/openapi.json passes the validator, its servers under the root path."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), root_path=root_path)
+    app = create_app(settings, MemoryStore())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://petstore") as client:
+        response = await client.get("/_admin/openapi.json")
+    assert response.status_code == 200
+    document = response.json()
+    validate(document, cls=OpenAPIV31SpecValidator)
+    assert document["servers"] == [{"url": f"{root_path}/_admin"}]
+    assert document["components"]["securitySchemes"]["adminAuth"]["scheme"] == "bearer"
 
 
 @pytest.mark.anyio
@@ -153,8 +174,8 @@ async def test_servers_url_is_the_version_segment_under_the_root_path(
 
 
 @pytest.mark.anyio
-async def test_error_schema_lists_exactly_the_nine_codes(document: dict[str, Any]) -> None:
-    """The Error schema: code (the nine codes of CONTRACT.md), message, status; all required."""
+async def test_error_schema_lists_exactly_the_contract_s_codes(document: dict[str, Any]) -> None:
+    """The Error schema: code (the codes of CONTRACT.md), message, status; all required."""
     error = resolve(document, document["components"]["schemas"]["Error"])
     code = resolve(document, error["properties"]["code"])
     assert len(code["enum"]) == len(ERROR_CODES)
@@ -353,11 +374,18 @@ fail-on = true
 """
 
 
+@pytest.mark.parametrize(
+    ("document_path", "key"),
+    [
+        pytest.param("/v1/openapi.json", KEY, id="interface"),
+        pytest.param("/_admin/openapi.json", ADMIN_KEY, id="control-plane"),
+    ],
+)
 def test_schemathesis_finds_no_failure_in_the_live_service(
-    start_server: ServerFactory, tmp_path: Path
+    start_server: ServerFactory, tmp_path: Path, document_path: str, key: str
 ) -> None:
     """schemathesis, every check and phase, against a real process and its own document."""
-    server = start_server()
+    server = start_server("--admin-key", ADMIN_KEY)
     config = tmp_path / "schemathesis.toml"
     config.write_text(SCHEMATHESIS_CONFIG)
     environment = {
@@ -373,9 +401,9 @@ def test_schemathesis_finds_no_failure_in_the_live_service(
         "--config-file",
         str(config),
         "run",
-        f"{server.base_url}/v1/openapi.json",
+        f"{server.base_url}{document_path}",
         "--header",
-        f"Authorization: Bearer {KEY}",
+        f"Authorization: Bearer {key}",
         "--checks",
         "all",
         "--mode",

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -17,11 +18,13 @@ import pytest
 
 from tests.conftest import (
     KEY,
+    ROOT,
     WRONG_KEY,
     Launcher,
     ServerFactory,
     answers,
     bearer,
+    environment,
     free_port,
     wait_until,
 )
@@ -116,7 +119,7 @@ def test_access_log_has_method_path_status_duration_and_no_secret(
         ("GET", "/v1/pets", 401),
         ("GET", "/v1/pets/1", 200),
     ]:
-        line = rf'^127\.0\.0\.1 "{method} {re.escape(path)}" {status} \d+us$'
+        line = rf'^127\.0\.0\.1 "{method} {re.escape(path)}" {status} \d+us \S+$'
         assert re.search(line, out, re.MULTILINE), (line, out)
     assert server.stop() in (0, -15)
     everything = server.stdout + server.stderr
@@ -265,3 +268,115 @@ def test_probe_answers_200_without_credential(
         "application/json",
         body,
     )
+
+
+# --------------------------------------------------------------------------- the ready line
+
+READY_LINE = re.compile(
+    r"petstore: ready at http://(?P<host>\[[0-9a-f:]+\]|[0-9.]+):(?P<port>\d+)/v1"
+)
+
+
+def can_bind(host: str) -> bool:
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.bind((host, 0))
+    except OSError:
+        return False
+    return True
+
+
+# IPv6 where the machine has it (a property of the machine, not a package to install).
+HOSTS = ["127.0.0.1", *(["::1"] if can_bind("::1") else [])]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_port_0_prints_one_ready_line_with_the_bound_address(launch: Launcher, host: str) -> None:
+    """--port 0: the system picks a port; the one ready line names the bound address (IPv6 in
+    brackets) and port, the service answers there, and the line comes before any access-log
+    line."""
+    server = launch(
+        [sys.executable, "app.py", "--port", "0", "--host", host, "--api-key", KEY], {}, 0
+    )
+    out = server.wait_for_output("petstore: ready at ")
+    ready = READY_LINE.search(out)
+    assert ready, out
+    expected_host = f"[{host}]" if ":" in host else host
+    assert ready["host"] == expected_host
+    server.port = int(ready["port"])
+    assert server.port != 0
+    url = f"http://{expected_host}:{server.port}"
+    assert httpx.get(f"{url}/v1/pets", headers=bearer(KEY)).json() == []
+    lines = server.wait_for_output('"GET /v1/pets" 200').splitlines()
+    assert lines[0] == ready[0]
+    assert [line for line in lines if line.startswith("petstore: ready")] == [ready[0]]
+
+
+# --------------------------------------------------------------------------- healthcheck
+
+
+def healthcheck(port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "app.py", "healthcheck", "--port", str(port), *args],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])  # noqa: S104 - the probe's case
+def test_healthcheck_passes_against_a_live_service(start_server: ServerFactory, host: str) -> None:
+    """Exit 0 and nothing printed when /healthz answers; 0.0.0.0 probes the loopback."""
+    server = start_server()
+    result = healthcheck(server.port, "--host", host)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_healthcheck_fails_where_nothing_listens(start_server: ServerFactory) -> None:
+    """A stopped service: exit 1 and one line saying what failed."""
+    server = start_server()
+    assert server.stop() in (0, -15)
+    result = healthcheck(server.port)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"petstore healthcheck: http://127.0.0.1:{server.port}/healthz")
+
+
+def test_healthcheck_fails_on_a_service_that_does_not_answer() -> None:
+    """A service not ready to answer (it accepts, then says nothing): exit 1 within about 2 s."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        began = time.monotonic()
+        result = healthcheck(listener.getsockname()[1])
+        took = time.monotonic() - began
+    assert result.returncode == 1
+    assert "timed out" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert 2 <= took < 10
+
+
+def test_healthcheck_fails_on_an_answer_other_than_200() -> None:
+    """Anything but 200 from /healthz: exit 1, the status in the line."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        answer = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"
+
+        def answer_once() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(answer)
+
+        thread = threading.Thread(target=answer_once)
+        thread.start()
+        result = healthcheck(port)
+        thread.join(10)
+    assert result.returncode == 1
+    assert result.stderr == f"petstore healthcheck: http://127.0.0.1:{port}/healthz answered 503\n"

@@ -33,8 +33,8 @@ REFUSED_KEY_CHALLENGE = 'Bearer realm="petstore", error="invalid_token"'
 GENERATED_KEY_LINE = re.compile(
     r"petstore: no API key configured; this run accepts: Bearer (?P<key>\S+)"
 )
-# client "METHOD path" status duration, e.g. `127.0.0.1 "GET /v1/pets" 200 0.41ms`
-ACCESS_LINE = re.compile(r'^\S+ "[A-Z]+ /\S*" \d{3} \d+us$', re.MULTILINE)
+# client "METHOD path" status duration id: `127.0.0.1 "GET /v1/pets" 200 412us 3f9a1c2e-1`
+ACCESS_LINE = re.compile(r'^\S+ "[A-Z]+ /\S*" \d{3} \d+us \S+$', re.MULTILINE)
 
 
 def fill(
@@ -375,6 +375,10 @@ BAD_SETTINGS = [
     pytest.param(["--seed", "{deep}", "--api-key", KEY], {}, id="seed-nested-too-deeply"),
     pytest.param(["--cors-origin", "http://app.example/"], {}, id="cors-origin-with-path"),
     pytest.param([], {"PETSTORE_CORS_ORIGINS": "app.example"}, id="env-cors-origin-no-scheme"),
+    pytest.param(["--api-key", "same-key", "--admin-key", "same-key"], {}, id="key-both-kinds"),
+    pytest.param([], {"PETSTORE_ADMIN_KEYS": "bad key"}, id="env-admin-key-with-space"),
+    pytest.param(["--journal-size", "-1"], {}, id="journal-size-negative"),
+    pytest.param([], {"PETSTORE_JOURNAL_SIZE": "many"}, id="env-journal-size"),
 ]
 
 

@@ -1,0 +1,183 @@
+"""Faults on demand: rules made by the test-control plane, and `Prefer: code=` / `delay=`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from parsing import header
+from routing import error_response, invalid
+from schemas import (
+    DELAY_MAX_MS,
+    INJECTABLE_STATUSES,
+    RETRY_AFTER_STATUSES,
+    ErrorCode,
+    FaultRule,
+    NewFaultRule,
+    Operation,
+)
+
+# The ASGI scope extension through which the HTTP protocol (server.StallGuard) lets the app
+# close the connection without a byte of answer ({"close": callable}); uvicorn has no way.
+CLOSE_EXTENSION: Final = "petstore.close"
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """What to do to one request: wait, then answer a status or drop the connection (or go on)."""
+
+    delay_ms: int = 0
+    status: int | None = None
+    drop: bool = False
+    retry_after: int | None = None
+    rule_id: int | None = None  # None: asked for by the request's own Prefer header
+    applied: str = ""  # Preference-Applied, for a Prefer fault
+
+
+def check_rule(rule: NewFaultRule) -> None:
+    """The checks a schema can't say: what a rule does, and which fields go together."""
+    drop = rule.drop is True
+    if rule.status is msgspec.UNSET and rule.delayMs is msgspec.UNSET and not drop:
+        raise invalid("A fault rule needs `status`, `delayMs` or `drop`: true")
+    if rule.status is not msgspec.UNSET and drop:
+        raise invalid("`status` and `drop` exclude each other")
+    if rule.retryAfter is not msgspec.UNSET and rule.status not in RETRY_AFTER_STATUSES:
+        raise invalid("`retryAfter` goes only with `status` 429 or 503")
+
+
+class FaultRules:
+    """The rules in force, in creation order. All of it runs on the event loop, between two
+    awaits, so taking a rule and counting down its `times` is one step: a rule with `times: N`
+    serves exactly N requests however many arrive at once."""
+
+    def __init__(self, chance: Callable[[], float]) -> None:
+        self.chance = chance  # a draw in [0, 1); tests inject their own
+        self.rules: list[FaultRule] = []
+        self.ids = itertools.count(1)
+
+    def add(self, rule: NewFaultRule) -> FaultRule:
+        check_rule(rule)
+        fields = msgspec.structs.asdict(rule)
+        if fields["drop"] is False:
+            fields["drop"] = msgspec.UNSET  # `drop: false` does nothing: not shown
+        added = FaultRule(**fields, id=next(self.ids))
+        self.rules.append(added)
+        return added
+
+    def remove(self, rule_id: int) -> bool:
+        before = len(self.rules)
+        self.rules = [rule for rule in self.rules if rule.id != rule_id]
+        return len(self.rules) < before
+
+    def clear(self) -> None:
+        self.rules = []
+
+    def take(self, operation: Operation) -> Fault | None:
+        """The fault of the first rule for `operation` whose draw succeeds; counts it down."""
+        for position, rule in enumerate(self.rules):
+            if rule.operation not in (operation, Operation.ANY):
+                continue
+            if rule.probability is not msgspec.UNSET and not self.chance() < rule.probability:
+                continue
+            if rule.times is not msgspec.UNSET:
+                if rule.times == 1:
+                    del self.rules[position]
+                else:
+                    self.rules[position] = msgspec.structs.replace(rule, times=rule.times - 1)
+            return Fault(
+                delay_ms=0 if rule.delayMs is msgspec.UNSET else rule.delayMs,
+                status=None if rule.status is msgspec.UNSET else rule.status,
+                drop=rule.drop is True,
+                retry_after=None if rule.retryAfter is msgspec.UNSET else rule.retryAfter,
+                rule_id=rule.id,
+            )
+        return None
+
+
+def preferred_fault(prefer: str) -> Fault | None:
+    """The fault a `Prefer` header asks for (RFC 7240): `code=` one of the injectable statuses,
+    `delay=` milliseconds within bounds; anything else in it is ignored."""
+    status, delay_ms, applied = None, 0, []
+    for preference in prefer.split(","):
+        name, _, value = preference.split(";")[0].strip().partition("=")
+        value = value.strip().strip('"')
+        if not value.isascii() or not value.isdigit():
+            continue
+        if name.strip().lower() == "code" and int(value) in INJECTABLE_STATUSES and not status:
+            status = int(value)
+            applied.append(f"code={status}")
+        elif name.strip().lower() == "delay" and int(value) <= DELAY_MAX_MS and not delay_ms:
+            delay_ms = int(value)
+            applied.append(f"delay={delay_ms}")
+    if not applied:
+        return None
+    return Fault(delay_ms=delay_ms, status=status, applied=", ".join(applied))
+
+
+class Faults:
+    """Applies faults to the requests of the three operations, after the credential check and
+    before the body is read: the request's `Prefer` if it asks for one, else the first rule
+    that matches. An injected status answers `injected_fault` and carries nothing out."""
+
+    def __init__(
+        self, app: ASGIApp, rules: FaultRules, operation_of: Callable[[Scope], Operation | None]
+    ) -> None:
+        self.app = app
+        self.rules = rules
+        self.operation_of = operation_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        operation = self.operation_of(scope) if scope["type"] == "http" else None
+        fault = None
+        if operation is not None:
+            prefer = header(scope, b"prefer")
+            fault = preferred_fault(prefer) if prefer else None
+            fault = fault or self.rules.take(operation)
+        if fault is None:
+            await self.app(scope, receive, send)
+            return
+        if fault.delay_ms:
+            await asyncio.sleep(fault.delay_ms / 1000)  # the loop serves others meanwhile
+        if fault.drop:
+            await _drop(scope, receive)
+        elif fault.status is not None:
+            await _injected(fault)(scope, receive, send)
+        elif fault.applied:
+            await self.app(scope, receive, _with_header(send, b"preference-applied", fault.applied))
+        else:
+            await self.app(scope, receive, send)
+
+
+def _injected(fault: Fault) -> Response:
+    assert fault.status is not None
+    by = f"fault rule {fault.rule_id}" if fault.rule_id else f"Prefer: {fault.applied}"
+    headers = {}
+    if fault.retry_after is not None:
+        headers["Retry-After"] = str(fault.retry_after)
+    if fault.applied:
+        headers["Preference-Applied"] = fault.applied
+    return error_response(fault.status, ErrorCode.INJECTED_FAULT, f"Injected by {by}", headers)
+
+
+async def _drop(scope: Scope, receive: Receive) -> None:
+    """Close the connection without an answer, then wait until the server has seen it go, so
+    that it does not answer a 500 of its own for a request the app left unanswered."""
+    scope["extensions"][CLOSE_EXTENSION]["close"]()
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _with_header(send: Send, name: bytes, value: str) -> Send:
+    async def send_with_header(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), (name, value.encode())]
+        await send(message)
+
+    return send_with_header

@@ -1,0 +1,662 @@
+"""The test-control plane, in-process: off without an admin key; admin auth, reset, the journal,
+fault rules and `Prefer`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import random
+import re
+import socket
+import tracemalloc
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app import Petstore, create_app
+from datafile import FileStore
+from journal import Journal
+from schemas import seed_decoder
+from settings import Settings
+from store import MemoryStore, PetStore
+from tests.conftest import AUTH, KEY, ServerFactory, assert_error
+
+pytestmark = pytest.mark.anyio
+
+ADMIN_KEY = "admin-key-0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+PLANE = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
+REX = {"name": "Rex", "categoryId": 1}
+RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+class Draws:
+    """A random source that gives the draws it was handed, in order."""
+
+    def __init__(self, *draws: float) -> None:
+        self.draws = list(draws)
+
+    def __call__(self) -> float:
+        return self.draws.pop(0)
+
+
+def plane_app(
+    settings: Settings = PLANE,
+    store: PetStore | None = None,
+    chance: Callable[[], float] = random.random,
+) -> Petstore:
+    return create_app(settings, store or MemoryStore(), access_log=io.StringIO(), chance=chance)
+
+
+@contextlib.asynccontextmanager
+async def running(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the in-process app (no credential of its own), lifespan started."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://petstore") as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+async def plane() -> AsyncIterator[httpx.AsyncClient]:
+    async with running(plane_app()) as client:
+        yield client
+
+
+async def add_rule(client: httpx.AsyncClient, **rule: Any) -> dict[str, Any]:
+    response = await client.post("/_admin/faults", json=rule, headers=ADMIN)
+    assert response.status_code == 201, response.text
+    added: dict[str, Any] = response.json()
+    return added
+
+
+async def journal(client: httpx.AsyncClient, **filters: Any) -> dict[str, Any]:
+    response = await client.get("/_admin/requests", params=filters, headers=ADMIN)
+    assert response.status_code == 200, response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+# --------------------------------------------------------------------------- off, and keys
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/_admin/reset"),
+        ("GET", "/_admin/requests"),
+        ("DELETE", "/_admin/requests"),
+        ("GET", "/_admin/faults"),
+        ("POST", "/_admin/faults"),
+        ("DELETE", "/_admin/faults/1"),
+        ("GET", "/_admin/openapi.json"),
+    ],
+)
+async def test_without_an_admin_key_the_plane_is_not_there(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    """No admin key configured: every /_admin path is a 404 like any unknown path."""
+    response = await client.request(method, path, headers=ADMIN)
+    assert_error(response, 404, "not_found")
+
+
+@pytest.mark.parametrize("prefer", ["code=503", "delay=50", "code=429, delay=10"])
+async def test_without_an_admin_key_prefer_is_ignored(
+    client: httpx.AsyncClient, prefer: str
+) -> None:
+    """No admin key: `Prefer` changes nothing and nothing says it was applied."""
+    response = await client.get("/v1/pets", headers={"Prefer": prefer})
+    assert response.status_code == 200
+    assert "preference-applied" not in response.headers
+
+
+async def test_without_an_admin_key_the_stack_has_no_plane_layer(app: Petstore) -> None:
+    """Off means free: no journal, no fault layer, no admin auth in the stack."""
+    assert app.plane is None
+    layer: Any = app.app
+    names = []
+    while layer is not None:
+        names.append(type(layer).__name__)
+        layer = getattr(layer, "app", None)
+    assert not {"JournalRecorder", "Faults"} & set(names), names
+    assert names.count("BearerAuth") == 1, names
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "realm", "invalid"),
+    [
+        pytest.param("/_admin/requests", AUTH, "petstore-admin", True, id="api-key-on-admin"),
+        pytest.param("/_admin/requests", {}, "petstore-admin", False, id="none-on-admin"),
+        pytest.param("/v1/pets", ADMIN, "petstore", True, id="admin-key-on-v1"),
+        pytest.param("/v1/pets", {}, "petstore", False, id="none-on-v1"),
+    ],
+)
+async def test_admin_and_api_keys_are_not_interchangeable(
+    plane: httpx.AsyncClient, path: str, headers: dict[str, str], realm: str, invalid: bool
+) -> None:
+    """An API key does not open /_admin, an admin key does not open /v1: 401 and the realm."""
+    response = await plane.get(path, headers=headers)
+    assert_error(response, 401, "unauthorized")
+    challenge = f'Bearer realm="{realm}"' + (', error="invalid_token"' if invalid else "")
+    assert response.headers["www-authenticate"] == challenge
+
+
+async def test_admin_openapi_needs_no_credential_and_v1_keeps_three_operations(
+    plane: httpx.AsyncClient,
+) -> None:
+    """/_admin/openapi.json is public and describes the plane; /v1's still has three operations."""
+    admin = await plane.get("/_admin/openapi.json")
+    assert admin.status_code == 200
+    assert set(admin.json()["paths"]) == {
+        "/reset",
+        "/requests",
+        "/faults",
+        "/faults/{ruleId}",
+    }
+    v1 = (await plane.get("/v1/openapi.json")).json()
+    operations = [op["operationId"] for item in v1["paths"].values() for op in item.values()]
+    assert sorted(operations) == ["createPet", "getPet", "listPets"]
+
+
+# --------------------------------------------------------------------------- reset
+
+
+async def test_reset_without_a_seed_empties_the_store_and_restarts_the_ids(
+    plane: httpx.AsyncClient,
+) -> None:
+    """Reset: {"pets": 0}, nothing listed, and the next create gets id 1 again."""
+    for _ in range(3):
+        await plane.post("/v1/pets", json=REX, headers=AUTH)
+    response = await plane.post("/_admin/reset", headers=ADMIN)
+    assert (response.status_code, response.json()) == (200, {"pets": 0})
+    assert (await plane.get("/v1/pets", headers=AUTH)).json() == []
+    created = await plane.post("/v1/pets", json=REX, headers=AUTH)
+    assert created.json() == {"id": 1, **REX}
+
+
+async def test_reset_with_a_seed_goes_back_to_the_seed_ids_included() -> None:
+    """Reset of a seeded store: the seed again, and the next id is the one after it."""
+    store = MemoryStore()
+    seed = [{"name": "A", "categoryId": 1}, {"id": 7, "name": "B", "categoryId": 2}]
+    store.seed(seed_decoder.decode(json.dumps(seed)))
+    async with running(plane_app(store=store)) as plane:
+        await plane.post("/v1/pets", json=REX, headers=AUTH)
+        response = await plane.post("/_admin/reset", headers=ADMIN)
+        assert (response.status_code, response.json()) == (200, {"pets": 2})
+        assert (await plane.get("/v1/pets", headers=AUTH)).json() == [
+            {"id": 1, "name": "A", "categoryId": 1},
+            {"id": 7, "name": "B", "categoryId": 2},
+        ]
+        assert (await plane.post("/v1/pets", json=REX, headers=AUTH)).json()["id"] == 8
+
+
+async def test_reset_empties_the_journal_and_the_fault_rules(plane: httpx.AsyncClient) -> None:
+    """After a reset the journal is empty (dropped 0) and no rule is left."""
+    await add_rule(plane, operation="getPet", status=500)
+    await plane.get("/v1/pets", headers=AUTH)
+    assert (await plane.post("/_admin/reset", headers=ADMIN)).status_code == 200
+    assert await journal(plane) == {"requests": [], "dropped": 0}
+    assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == []
+
+
+async def test_reset_is_refused_with_a_data_file(tmp_path: Path) -> None:
+    """A data file never deletes pets: 409 reset_unavailable, and the pets stay."""
+    async with running(plane_app(store=FileStore(str(tmp_path / "pets.jsonl")))) as plane:
+        await plane.post("/v1/pets", json=REX, headers=AUTH)
+        assert_error(await plane.post("/_admin/reset", headers=ADMIN), 409, "reset_unavailable")
+        assert (await plane.get("/v1/pets", headers=AUTH)).json() == [{"id": 1, **REX}]
+
+
+# --------------------------------------------------------------------------- the journal
+
+
+async def test_journal_records_each_v1_request_whole_and_oldest_first(
+    plane: httpx.AsyncClient,
+) -> None:
+    """Every field of an entry, for a create, a list with a query, a 401 and a 404."""
+    created = await plane.post(
+        "/v1/pets",
+        content=json.dumps(REX),
+        headers={**AUTH, "Content-Type": "application/json", "X-Request-Id": "trace-1"}
+        | {"Cookie": "a=b"},
+    )
+    listed = await plane.get("/v1/pets?limit=5&status=sold", headers=AUTH)
+    await plane.get("/v1/pets")  # 401
+    await plane.get("/v1/nowhere", headers=AUTH)  # 404
+    entries = (await journal(plane))["requests"]
+    assert [(e["seq"], e["method"], e["path"], e["status"]) for e in entries] == [
+        (1, "POST", "/v1/pets", 201),
+        (2, "GET", "/v1/pets", 200),
+        (3, "GET", "/v1/pets", 401),
+        (4, "GET", "/v1/nowhere", 404),
+    ]
+    create, listing = entries[0], entries[1]
+    assert RFC3339_UTC.fullmatch(create["time"]), create["time"]
+    assert create["time"] <= listing["time"]
+    assert create["query"] == ""
+    assert listing["query"] == "limit=5&status=sold"
+    assert create["requestId"] == "trace-1" == created.headers["x-request-id"]
+    assert listing["requestId"] == listed.headers["x-request-id"]
+    assert isinstance(create["durationMs"], float)
+    assert create["durationMs"] >= 0
+    assert create["body"] == json.dumps(REX)
+    assert "body" not in listing
+    assert "bodyTruncated" not in create
+    assert create["headers"]["content-type"] == "application/json"
+    assert create["headers"]["x-request-id"] == "trace-1"
+    assert not {"authorization", "cookie", "proxy-authorization"} & set(create["headers"])
+    assert all(name == name.lower() for entry in entries for name in entry["headers"])
+
+
+async def test_journal_leaves_out_admin_probes_and_docs(plane: httpx.AsyncClient) -> None:
+    """/_admin, /healthz, /readyz and /docs are not recorded; /v1/openapi.json is."""
+    for path in ("/healthz", "/readyz", "/docs", "/_admin/faults", "/v1/openapi.json"):
+        await plane.get(path, headers=ADMIN)
+    assert [entry["path"] for entry in (await journal(plane))["requests"]] == ["/v1/openapi.json"]
+
+
+async def test_journal_filters_and_limit(plane: httpx.AsyncClient) -> None:
+    """method, path (exact), status, and limit (the newest N), alone and together."""
+    await plane.post("/v1/pets", json=REX, headers=AUTH)  # 1: 201
+    await plane.get("/v1/pets", headers=AUTH)  # 2: 200
+    await plane.get("/v1/pets/1", headers=AUTH)  # 3: 200
+    await plane.get("/v1/pets/2", headers=AUTH)  # 4: 404
+    await plane.get("/v1/pets")  # 5: 401
+
+    async def seqs(**filters: Any) -> list[int]:
+        return [entry["seq"] for entry in (await journal(plane, **filters))["requests"]]
+
+    assert await seqs(method="GET") == [2, 3, 4, 5]
+    assert await seqs(method="post") == [1]
+    assert await seqs(path="/v1/pets") == [1, 2, 5]
+    assert await seqs(path="/v1/pets/1") == [3]
+    assert await seqs(status=200) == [2, 3]
+    assert await seqs(limit=2) == [4, 5]
+    assert await seqs(method="GET", status=200, limit=1) == [3]
+    assert await seqs(limit=99) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("query", ["status=abc", "status=99", "limit=0", "limit=-1", "limit=x"])
+async def test_journal_refuses_a_bad_filter(plane: httpx.AsyncClient, query: str) -> None:
+    """A status or limit that is not a number in range: 400 validation_error."""
+    response = await plane.get(f"/_admin/requests?{query}", headers=ADMIN)
+    assert_error(response, 400, "validation_error")
+
+
+async def test_journal_is_a_ring_that_counts_what_it_dropped() -> None:
+    """With --journal-size 3, 10 requests leave the last 3 and dropped 7; a clear resets both."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), journal_size=3)
+    app = plane_app(settings)
+    async with running(app) as plane:
+        for number in range(1, 11):
+            await plane.get(f"/v1/pets/{number}", headers=AUTH)
+            assert app.plane and app.plane.journal
+            assert len(app.plane.journal.ring) == min(number, 3)
+        found = await journal(plane)
+        assert [entry["path"] for entry in found["requests"]] == [
+            "/v1/pets/8",
+            "/v1/pets/9",
+            "/v1/pets/10",
+        ]
+        assert found["dropped"] == 7
+        assert (await plane.delete("/_admin/requests", headers=ADMIN)).status_code == 204
+        assert await journal(plane) == {"requests": [], "dropped": 0}
+
+
+async def test_journal_size_zero_records_nothing() -> None:
+    """--journal-size 0: no journal layer, and the journal reads empty."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), journal_size=0)
+    async with running(plane_app(settings)) as plane:
+        await plane.get("/v1/pets", headers=AUTH)
+        assert await journal(plane) == {"requests": [], "dropped": 0}
+
+
+async def test_journal_cuts_a_body_at_4096_bytes(plane: httpx.AsyncClient) -> None:
+    """A body over 4096 bytes is kept to its first 4096, with bodyTruncated; one at the limit
+    is kept whole."""
+    long_body = json.dumps({"name": "x" * 5000, "categoryId": 1})
+    exact_body = json.dumps({"name": "y" * (4096 - 29), "categoryId": 1})
+    assert len(exact_body) == 4096
+    for body in (long_body, exact_body):
+        await plane.post(
+            "/v1/pets", content=body, headers={**AUTH, "Content-Type": "application/json"}
+        )
+    long_entry, exact_entry = (await journal(plane))["requests"]
+    assert (long_entry["body"], long_entry["bodyTruncated"]) == (long_body[:4096], True)
+    assert exact_entry["body"] == exact_body
+    assert "bodyTruncated" not in exact_entry
+
+
+async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) -> None:
+    """Keys sent where they don't belong (another header, the query, the path, a body) are
+    redacted; the credential headers are never kept."""
+    await plane.post(
+        f"/v1/pets?key={KEY}",
+        json={"name": ADMIN_KEY, "categoryId": 1},
+        headers={**AUTH, "X-Api-Key": KEY, "Proxy-Authorization": f"Bearer {ADMIN_KEY}"},
+    )
+    await plane.get(f"/v1/pets/{KEY}", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    text = (await plane.get("/_admin/requests", headers=ADMIN)).text
+    assert KEY not in text
+    assert ADMIN_KEY not in text
+    assert text.count("[redacted]") == 4  # query, X-Api-Key, body, path
+
+
+async def test_journal_memory_is_bounded() -> None:
+    """1,000 entries with 4 KiB bodies take a few megabytes, and the ring stays at its size."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
+    journal_ = Journal(settings.journal_size, [KEY])
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/pets",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"petstore")],
+        "petstore.status": 201,
+        "petstore.request_id": b"0123abcd-1",
+    }
+    body = b"x" * 4097
+    tracemalloc.start()
+    try:
+        for _ in range(3000):
+            journal_.record(scope, 0, 1000, bytes(bytearray(body)))  # a body of its own
+        used, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(journal_.ring) == 1000
+    assert journal_.dropped == 2000
+    assert used < 6_000_000, used
+
+
+# --------------------------------------------------------------------------- fault rules
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+async def test_status_rule_answers_injected_fault_and_stores_nothing(
+    plane: httpx.AsyncClient, status: int
+) -> None:
+    """A status rule on createPet: that status, injected_fault naming the rule, no pet."""
+    rule = await add_rule(plane, operation="createPet", status=status)
+    assert rule == {"operation": "createPet", "status": status, "id": 1}
+    response = await plane.post("/v1/pets", json=REX, headers=AUTH)
+    message = assert_error(response, status, "injected_fault")
+    assert "fault rule 1" in message
+    assert "retry-after" not in response.headers
+    assert (await plane.get("/v1/pets", headers=AUTH)).json() == []
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_retry_after_goes_out_with_the_injected_status(
+    plane: httpx.AsyncClient, status: int
+) -> None:
+    """retryAfter becomes the Retry-After header of the injected answer."""
+    await add_rule(plane, operation="*", status=status, retryAfter=30)
+    response = await plane.get("/v1/pets", headers=AUTH)
+    assert_error(response, status, "injected_fault")
+    assert response.headers["retry-after"] == "30"
+
+
+async def test_rules_match_their_operation_and_the_first_wins(plane: httpx.AsyncClient) -> None:
+    """A getPet rule leaves listPets alone; of two rules that match, the older is used."""
+    await add_rule(plane, operation="getPet", status=502)
+    await add_rule(plane, operation="*", status=504)
+    assert (await plane.get("/v1/pets/1", headers=AUTH)).status_code == 502
+    assert (await plane.get("/v1/pets", headers=AUTH)).status_code == 504
+    assert (await plane.post("/v1/pets", json=REX, headers=AUTH)).status_code == 504
+    assert (await plane.get("/v1/openapi.json")).status_code == 200  # not an operation
+
+
+async def test_a_401_stays_a_401_whatever_the_rules(plane: httpx.AsyncClient) -> None:
+    """Rules apply only after the credential check."""
+    await add_rule(plane, operation="*", status=503)
+    assert_error(await plane.get("/v1/pets"), 401, "unauthorized")
+
+
+async def test_times_counts_down_and_the_rule_goes(plane: httpx.AsyncClient) -> None:
+    """times: 2 serves two requests, shows what is left, then is gone."""
+    await add_rule(plane, operation="listPets", status=500, times=2)
+    assert (await plane.get("/v1/pets", headers=AUTH)).status_code == 500
+    assert [r["times"] for r in (await plane.get("/_admin/faults", headers=ADMIN)).json()] == [1]
+    assert (await plane.get("/v1/pets", headers=AUTH)).status_code == 500
+    assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == []
+    assert (await plane.get("/v1/pets", headers=AUTH)).status_code == 200
+
+
+async def test_times_is_exact_under_concurrent_requests(plane: httpx.AsyncClient) -> None:
+    """40 requests at once against times: 7: exactly 7 are injected, the rest answered."""
+    await add_rule(plane, operation="*", status=503, times=7)
+    answers = await asyncio.gather(*(plane.get("/v1/pets", headers=AUTH) for _ in range(40)))
+    assert sorted(response.status_code for response in answers) == [200] * 33 + [503] * 7
+
+
+async def test_probability_uses_the_random_draw() -> None:
+    """probability: 0.5 with draws 0.7, 0.2, 0.5, 0.1: the 2nd and 4th are faulted; a failed
+    draw does not count down times."""
+    async with running(plane_app(chance=Draws(0.7, 0.2, 0.5, 0.1))) as plane:
+        await add_rule(plane, operation="*", status=500, probability=0.5, times=2)
+        statuses = [(await plane.get("/v1/pets", headers=AUTH)).status_code for _ in range(5)]
+    assert statuses == [200, 500, 200, 500, 200]
+
+
+async def test_delay_then_the_usual_answer(plane: httpx.AsyncClient) -> None:
+    """delayMs waits, then the request is handled as usual."""
+    await add_rule(plane, operation="createPet", delayMs=150)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    response = await plane.post("/v1/pets", json=REX, headers=AUTH)
+    assert loop.time() - began >= 0.15
+    assert (response.status_code, response.json()) == (201, {"id": 1, **REX})
+
+
+async def test_a_delay_does_not_block_other_requests(plane: httpx.AsyncClient) -> None:
+    """While a getPet waits out a 5 s delay, listPets and creates are answered."""
+    await add_rule(plane, operation="getPet", delayMs=5000)
+    waiting = asyncio.create_task(plane.get("/v1/pets/1", headers=AUTH))
+    for _ in range(3):
+        assert (await plane.post("/v1/pets", json=REX, headers=AUTH)).status_code == 201
+    assert (await plane.get("/v1/pets", headers=AUTH)).status_code == 200
+    assert not waiting.done()
+    waiting.cancel()
+
+
+async def test_delay_and_status_together(plane: httpx.AsyncClient) -> None:
+    """A rule with both waits, then injects the status."""
+    await add_rule(plane, operation="listPets", status=503, delayMs=100)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert_error(await plane.get("/v1/pets", headers=AUTH), 503, "injected_fault")
+    assert loop.time() - began >= 0.1
+
+
+async def test_drop_rules_need_the_service_s_own_protocol(plane: httpx.AsyncClient) -> None:
+    """In-process there is no connection to close: a drop rule is refused, saying why."""
+    response = await plane.post(
+        "/_admin/faults", json={"operation": "*", "drop": True}, headers=ADMIN
+    )
+    assert "StallGuard" in assert_error(response, 400, "validation_error")
+
+
+async def test_rules_are_listed_and_removed(plane: httpx.AsyncClient) -> None:
+    """GET lists in creation order; DELETE one (204, then 404); DELETE all (204)."""
+    first = await add_rule(plane, operation="getPet", status=500, probability=0.25)
+    second = await add_rule(plane, operation="*", delayMs=10, times=3)
+    assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == [first, second]
+    assert (await plane.delete(f"/_admin/faults/{first['id']}", headers=ADMIN)).status_code == 204
+    assert_error(
+        await plane.delete(f"/_admin/faults/{first['id']}", headers=ADMIN), 404, "not_found"
+    )
+    assert_error(await plane.delete("/_admin/faults/x", headers=ADMIN), 404, "not_found")
+    assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == [second]
+    assert (await plane.delete("/_admin/faults", headers=ADMIN)).status_code == 204
+    assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "needle"),
+    [
+        pytest.param({"status": 500}, "`operation`", id="no-operation"),
+        pytest.param({"operation": "deletePet", "status": 500}, "$.operation", id="bad-op"),
+        pytest.param({"operation": "*"}, "`status`, `delayMs` or `drop`", id="no-action"),
+        pytest.param({"operation": "*", "drop": False}, "`drop`", id="drop-false-only"),
+        pytest.param({"operation": "*", "status": 404}, "$.status", id="status-404"),
+        pytest.param({"operation": "*", "status": "503"}, "$.status", id="status-string"),
+        pytest.param({"operation": "*", "delayMs": -1}, "$.delayMs", id="delay-negative"),
+        pytest.param({"operation": "*", "delayMs": 60001}, "$.delayMs", id="delay-too-long"),
+        pytest.param({"operation": "*", "delayMs": 1.5}, "$.delayMs", id="delay-float"),
+        pytest.param({"operation": "*", "status": 503, "drop": True}, "exclude", id="both"),
+        pytest.param(
+            {"operation": "*", "status": 500, "retryAfter": 5}, "`retryAfter`", id="retry-500"
+        ),
+        pytest.param({"operation": "*", "delayMs": 5, "retryAfter": 5}, "`retryAfter`", id="ra"),
+        pytest.param(
+            {"operation": "*", "status": 503, "retryAfter": -1}, "$.retryAfter", id="ra-negative"
+        ),
+        pytest.param({"operation": "*", "status": 503, "times": 0}, "$.times", id="times-0"),
+        pytest.param(
+            {"operation": "*", "status": 503, "probability": 1.5}, "$.probability", id="p-1.5"
+        ),
+        pytest.param({"operation": "*", "status": 503, "id": 9}, "`id`", id="unknown-field"),
+        pytest.param([], "object", id="not-an-object"),
+    ],
+)
+async def test_bad_rule_is_400_naming_the_field(
+    plane: httpx.AsyncClient, rule: Any, needle: str
+) -> None:
+    """A rule the section does not allow: 400 validation_error naming the field; no rule."""
+    response = await plane.post("/_admin/faults", json=rule, headers=ADMIN)
+    assert needle in assert_error(response, 400, "validation_error")
+    assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == []
+
+
+async def test_whole_numbers_in_a_rule_are_integers(plane: httpx.AsyncClient) -> None:
+    """`3.0` is the integer 3 (as JSON Schema counts), `1e2` is 100; `1e999999999` is refused."""
+    headers = {**ADMIN, "Content-Type": "application/json"}
+    body = b'{"operation": "*", "status": 503.0, "times": 3.0, "delayMs": 1e2}'
+    response = await plane.post("/_admin/faults", content=body, headers=headers)
+    assert response.json() == {"operation": "*", "status": 503, "delayMs": 100, "times": 3, "id": 1}
+    body = b'{"operation": "*", "delayMs": 1e999999999}'
+    response = await plane.post("/_admin/faults", content=body, headers=headers)
+    assert "$.delayMs" in assert_error(response, 400, "validation_error")
+
+
+async def test_a_rule_that_is_not_json_is_malformed(plane: httpx.AsyncClient) -> None:
+    """A body that is not JSON: 400 malformed_json; another content type: 415."""
+    headers = {**ADMIN, "Content-Type": "application/json"}
+    response = await plane.post("/_admin/faults", content=b'{"operation":', headers=headers)
+    assert_error(response, 400, "malformed_json")
+    response = await plane.post(
+        "/_admin/faults", content=b"{}", headers={**ADMIN, "Content-Type": "text/plain"}
+    )
+    assert_error(response, 415, "unsupported_media_type")
+
+
+# --------------------------------------------------------------------------- Prefer
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+async def test_prefer_code_answers_that_status(plane: httpx.AsyncClient, status: int) -> None:
+    """Prefer: code=N injects N for this request, says so, and stores nothing."""
+    response = await plane.post("/v1/pets", json=REX, headers={**AUTH, "Prefer": f"code={status}"})
+    assert_error(response, status, "injected_fault")
+    assert response.headers["preference-applied"] == f"code={status}"
+    assert (await plane.get("/v1/pets", headers=AUTH)).json() == []
+
+
+async def test_prefer_delay_waits_then_answers(plane: httpx.AsyncClient) -> None:
+    """Prefer: delay=N waits N ms, then the usual answer, with Preference-Applied."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    response = await plane.get("/v1/pets", headers={**AUTH, "Prefer": "delay=120"})
+    assert loop.time() - began >= 0.12
+    assert (response.status_code, response.json()) == (200, [])
+    assert response.headers["preference-applied"] == "delay=120"
+
+
+async def test_prefer_both_and_the_rest_ignored(plane: httpx.AsyncClient) -> None:
+    """code and delay together both apply; other preferences are not echoed."""
+    response = await plane.get(
+        "/v1/pets", headers={**AUTH, "Prefer": "return=minimal, delay=10, code=502"}
+    )
+    assert_error(response, 502, "injected_fault")
+    assert response.headers["preference-applied"] == "delay=10, code=502"
+
+
+@pytest.mark.parametrize(
+    "prefer", ["code=404", "code=200", "delay=60001", "delay=-5", "code=abc", "return=minimal"]
+)
+async def test_prefer_outside_the_bounds_is_ignored(plane: httpx.AsyncClient, prefer: str) -> None:
+    """A preference the plane can't honour is ignored (RFC 7240): the usual answer."""
+    response = await plane.get("/v1/pets", headers={**AUTH, "Prefer": prefer})
+    assert response.status_code == 200
+    assert "preference-applied" not in response.headers
+
+
+async def test_injected_answers_are_in_the_journal(plane: httpx.AsyncClient) -> None:
+    """Faults, like everything else, are recorded with the status that went out."""
+    await add_rule(plane, operation="getPet", status=504, times=1)
+    await plane.get("/v1/pets/1", headers=AUTH)
+    await plane.get("/v1/pets", headers={**AUTH, "Prefer": "code=429"})
+    entries = (await journal(plane))["requests"]
+    assert [(entry["path"], entry["status"]) for entry in entries] == [
+        ("/v1/pets/1", 504),
+        ("/v1/pets", 429),
+    ]
+
+
+# --------------------------------------------------------------------------- the real process
+
+
+def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) -> None:
+    """On the real process a drop rule closes the connection, nothing sent; the next request
+    is served, and the journal has the dropped one with status null."""
+    server = start_server("--admin-key", ADMIN_KEY)
+    with server.client() as http:
+        rule = {"operation": "getPet", "drop": True, "times": 1}
+        added = http.post("/_admin/faults", json=rule, headers=ADMIN)
+        assert added.status_code == 201, added.text
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            head = f"GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
+            sock.sendall(head.encode())
+            assert sock.recv(65536) == b""
+        assert http.get("/v1/pets/1").status_code == 404  # the rule is used up
+        entries = http.get("/_admin/requests", headers=ADMIN).json()["requests"]
+        assert [(e["path"], e["status"]) for e in entries] == [
+            ("/v1/pets/1", None),
+            ("/v1/pets/1", 404),
+        ]
+    assert server.stop() in (0, -15)
+    assert "Traceback" not in server.stderr
+    assert "ASGI callable" not in server.stderr  # uvicorn did not answer for us
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        pytest.param(["--admin-key", ADMIN_KEY, "--journal-size", "2"], {}, id="flags"),
+        pytest.param(
+            [],
+            {"PETSTORE_ADMIN_KEYS": f"other-admin,{ADMIN_KEY}", "PETSTORE_JOURNAL_SIZE": "2"},
+            id="env",
+        ),
+    ],
+)
+def test_admin_keys_and_journal_size_from_flags_or_environment(
+    start_server: ServerFactory, args: list[str], env: dict[str, str]
+) -> None:
+    """The plane opens with the configured admin key and keeps the configured journal size;
+    no admin key reaches the output."""
+    server = start_server(*args, env=env)
+    with server.client() as http:
+        for _ in range(3):
+            http.get("/v1/pets")
+        found = http.get("/_admin/requests", headers=ADMIN).json()
+        assert (len(found["requests"]), found["dropped"]) == (2, 1)
+    assert server.stop() in (0, -15)
+    assert ADMIN_KEY not in server.stdout + server.stderr
