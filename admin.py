@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope
 
-from faults import CLOSE_EXTENSION, FaultRules, check_rule
+from faults import CLOSE_EXTENSION, Faults, check_rule
 from journal import Journal
 from openapi import admin_openapi_document
 from parsing import decode_fault_rule, integer, query, read_body, require_json
@@ -26,10 +26,10 @@ class ControlPlane:
     """What integration environments drive between tests: the store back to its start, the
     journal read and cleared, fault rules made and removed. Mounted only with an admin key."""
 
-    def __init__(self, store: PetStore, journal: Journal | None, rules: FaultRules) -> None:
+    def __init__(self, store: PetStore, journal: Journal | None, faults: Faults) -> None:
         self.store = store
         self.journal = journal
-        self.rules = rules
+        self.faults = faults
         self.openapi_cache: dict[str, bytes] = {}
 
     def routes(self) -> list[Route]:
@@ -37,11 +37,13 @@ class ControlPlane:
             Route(f"{ADMIN_PREFIX}/reset", Endpoint({"POST": self.reset})),
             Route(
                 f"{ADMIN_PREFIX}/requests",
-                Endpoint({"GET": self.requests, "DELETE": self.clear_requests}),
+                Endpoint({"GET": self.list_requests, "DELETE": self.clear_requests}),
             ),
             Route(
                 f"{ADMIN_PREFIX}/faults",
-                Endpoint({"GET": self.faults, "POST": self.add_fault, "DELETE": self.clear_faults}),
+                Endpoint(
+                    {"GET": self.list_faults, "POST": self.add_fault, "DELETE": self.clear_faults}
+                ),
             ),
             Route(f"{ADMIN_PREFIX}/faults/{{ruleId}}", Endpoint({"DELETE": self.remove_fault})),
             Route(ADMIN_OPENAPI_PATH, Endpoint({"GET": self.openapi})),
@@ -54,10 +56,10 @@ class ControlPlane:
             raise Refused(409, ErrorCode.RESET_UNAVAILABLE, str(error)) from None
         if self.journal is not None:
             self.journal.clear()
-        self.rules.clear()
+        self.faults.clear()
         return JSONResponse(encoder.encode(ResetDone(pets=pets)))
 
-    async def requests(self, scope: Scope, receive: Receive) -> Response:
+    async def list_requests(self, scope: Scope, receive: Receive) -> Response:
         filters = query(scope["query_string"], _JOURNAL_FILTERS)
         status = limit = None
         if "status" in filters:
@@ -84,8 +86,8 @@ class ControlPlane:
             self.journal.clear()
         return NoContent()
 
-    async def faults(self, scope: Scope, receive: Receive) -> Response:
-        return JSONResponse(encoder.encode(self.rules.rules))
+    async def list_faults(self, scope: Scope, receive: Receive) -> Response:
+        return JSONResponse(encoder.encode(self.faults.rules))
 
     async def add_fault(self, scope: Scope, receive: Receive) -> Response:
         require_json(scope)
@@ -96,17 +98,17 @@ class ControlPlane:
                 "`drop` needs the service's own HTTP protocol: run `python app.py`, or uvicorn "
                 "with `--http app:StallGuard`"
             )
-        added = self.rules.add(rule)
+        added = self.faults.add(rule)
         location = f"{scope.get('root_path', '')}{ADMIN_PREFIX}/faults/{added.id}"
         return JSONResponse(encoder.encode(added), 201, [(b"location", location.encode())])
 
     async def clear_faults(self, scope: Scope, receive: Receive) -> Response:
-        self.rules.clear()
+        self.faults.clear()
         return NoContent()
 
     async def remove_fault(self, scope: Scope, receive: Receive) -> Response:
         rule_id = integer(scope["path_params"]["ruleId"])
-        if rule_id is None or not self.rules.remove(rule_id):
+        if rule_id is None or not self.faults.remove(rule_id):
             raise Refused(404, ErrorCode.NOT_FOUND, "No fault rule has this id")
         return NoContent()
 

@@ -21,9 +21,9 @@ from uvicorn.config import STARTUP_FAILURE
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from datafile import DataFileError, FileStore
 from docs import Docs
-from faults import FaultRules, Faults
-from journal import Journal, JournalRecorder
-from middleware import AccessLog, Area, BearerAuth, Cors, RootPath
+from faults import Faults
+from journal import Journal
+from middleware import AccessLog, Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
 from parsing import decode_new_pet, integer, list_query, not_json_reason, read_body, require_json
 from routing import (
@@ -33,7 +33,6 @@ from routing import (
     Refused,
     error_response,
     invalid,
-    route_path,
 )
 from schemas import (
     ADMIN_REALM,
@@ -44,7 +43,6 @@ from schemas import (
     SUCCESSOR_PATH,
     SUNSET,
     ErrorCode,
-    Operation,
     SeedPet,
     encoder,
     seed_decoder,
@@ -133,14 +131,6 @@ class PetRoutes:
 OPENAPI_PATH: Final = "/v1/openapi.json"
 API_AREA: Final = Area("/v1", BEARER_REALM, "API key", frozenset({OPENAPI_PATH}))
 ADMIN_AREA: Final = Area(ADMIN_PREFIX, ADMIN_REALM, "admin key", frozenset({ADMIN_OPENAPI_PATH}))
-# The operations a fault rule can name, by route and method.
-OPERATIONS: Final = {
-    ("/v1/pets", "GET"): Operation.LIST_PETS,
-    ("/v1/pets", "HEAD"): Operation.LIST_PETS,
-    ("/v1/pets", "POST"): Operation.CREATE_PET,
-    ("/v1/pets/{petId}", "GET"): Operation.GET_PET,
-    ("/v1/pets/{petId}", "HEAD"): Operation.GET_PET,
-}
 
 
 class Petstore:
@@ -171,9 +161,10 @@ def create_app(
     access_log: TextIO | None = None,
     chance: Callable[[], float] = random.random,
 ) -> Petstore:
-    """Routes, then (outermost last) faults, auth, admin auth, the journal, CORS, the access log
-    (request ids, last-resort 500), root path. The test-control plane's layers and routes are
-    there only with an admin key; `chance` is the fault rules' random draw."""
+    """Routes, then (outermost last) auth, CORS, the access log (request ids, the last-resort
+    500, the journal), root path. With an admin key only: the test-control plane's routes, its
+    journal, admin keys beside the API keys, and faults at the three operations' endpoints;
+    `chance` is the fault rules' random draw."""
     if not settings.api_keys:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
@@ -199,38 +190,45 @@ def create_app(
             await store.close()
             log.flush()
 
-    routes = [
-        Route("/v1/pets/{petId}", Endpoint({"GET": handlers.get_pet}, deprecation)),
-        Route("/v1/pets", Endpoint({"GET": handlers.list_pets, "POST": handlers.create_pet})),
-        Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),
-        Route("/healthz", Endpoint({"GET": handlers.healthz})),
-        Route("/readyz", Endpoint({"GET": handlers.readyz})),
-        *Docs(OPENAPI_PATH).routes(),
-    ]
     plane = None
     if settings.admin_keys:
         journal = None
         if settings.journal_size:
             journal = Journal(settings.journal_size, [*settings.api_keys, *settings.admin_keys])
-        plane = ControlPlane(store, journal, FaultRules(chance))
-        routes += plane.routes()
+        plane = ControlPlane(store, journal, Faults(chance))
+    intercept = plane.faults.intercept if plane else None
+    routes = [
+        Route(
+            "/v1/pets/{petId}",
+            Endpoint(
+                {"GET": handlers.get_pet},
+                deprecation,
+                operations={"GET": "getPet"},
+                intercept=intercept,
+            ),
+        ),
+        Route(
+            "/v1/pets",
+            Endpoint(
+                {"GET": handlers.list_pets, "POST": handlers.create_pet},
+                operations={"GET": "listPets", "POST": "createPet"},
+                intercept=intercept,
+            ),
+        ),
+        Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),
+        Route("/healthz", Endpoint({"GET": handlers.healthz})),
+        Route("/readyz", Endpoint({"GET": handlers.readyz})),
+        *Docs(OPENAPI_PATH).routes(),
+        *(plane.routes() if plane else ()),
+    ]
     router = IndexedRouter(routes, lifespan=lifespan)
-
-    def operation_of(scope: Scope) -> Operation | None:
-        found = router.lookup(route_path(scope))
-        return OPERATIONS.get((found[0].path, scope["method"])) if found else None
-
-    app: ASGIApp = router
+    credentials = [Credentials(settings.api_keys, API_AREA, router.headers_for)]
     if plane:
-        app = Faults(app, plane.rules, operation_of)
-    app = BearerAuth(app, settings.api_keys, API_AREA, router.headers_for)
-    if plane:
-        app = BearerAuth(app, settings.admin_keys, ADMIN_AREA)
-        if plane.journal:
-            app = JournalRecorder(app, plane.journal, body_paths=["/v1/pets"])
+        credentials.append(Credentials(settings.admin_keys, ADMIN_AREA))
+    app: ASGIApp = BearerAuth(router, credentials)
     if settings.cors_origins:
         app = Cors(app, settings.cors_origins)
-    app = log = AccessLog(app, access_log)
+    app = log = AccessLog(app, access_log, plane.journal if plane else None)
     if settings.root_path:
         app = RootPath(app, settings.root_path)
     return Petstore(app, router, health, log, plane)

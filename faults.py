@@ -10,10 +10,10 @@ from typing import Final
 
 import msgspec
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from parsing import header
-from routing import error_response, invalid
+from routing import Interception, error_response, invalid
 from schemas import (
     DELAY_MAX_MS,
     INJECTABLE_STATUSES,
@@ -52,10 +52,15 @@ def check_rule(rule: NewFaultRule) -> None:
         raise invalid("`retryAfter` goes only with `status` 429 or 503")
 
 
-class FaultRules:
-    """The rules in force, in creation order. All of it runs on the event loop, between two
-    awaits, so taking a rule and counting down its `times` is one step: a rule with `times: N`
-    serves exactly N requests however many arrive at once."""
+class Faults:
+    """The rules in force, in creation order, and the interceptor (routing.Endpoint calls it for
+    each request of the three operations, after the credential check and before the body is
+    read) that applies the request's `Prefer`, else the first rule that matches. An injected
+    status answers `injected_fault` and carries nothing out.
+
+    All of it runs on the event loop, between two awaits, so taking a rule and counting down
+    its `times` is one step: a rule with `times: N` serves exactly N requests however many
+    arrive at once."""
 
     def __init__(self, chance: Callable[[], float]) -> None:
         self.chance = chance  # a draw in [0, 1); tests inject their own
@@ -78,6 +83,24 @@ class FaultRules:
 
     def clear(self) -> None:
         self.rules = []
+
+    async def intercept(
+        self, scope: Scope, receive: Receive, operation: str
+    ) -> Interception | None:
+        prefer = header(scope, b"prefer")
+        if not prefer and not self.rules:  # most requests, most of the time
+            return None
+        fault = (preferred_fault(prefer) if prefer else None) or self.take(Operation(operation))
+        if fault is None:
+            return None
+        if fault.delay_ms:
+            await asyncio.sleep(fault.delay_ms / 1000)  # the loop serves others meanwhile
+        if fault.drop:
+            await _drop(scope, receive)
+            return Interception(_Unanswered())
+        if fault.status is not None:
+            return Interception(_injected(fault))
+        return Interception(None, [(b"preference-applied", fault.applied.encode())])
 
     def take(self, operation: Operation) -> Fault | None:
         """The fault of the first rule for `operation` whose draw succeeds; counts it down."""
@@ -121,40 +144,6 @@ def preferred_fault(prefer: str) -> Fault | None:
     return Fault(delay_ms=delay_ms, status=status, applied=", ".join(applied))
 
 
-class Faults:
-    """Applies faults to the requests of the three operations, after the credential check and
-    before the body is read: the request's `Prefer` if it asks for one, else the first rule
-    that matches. An injected status answers `injected_fault` and carries nothing out."""
-
-    def __init__(
-        self, app: ASGIApp, rules: FaultRules, operation_of: Callable[[Scope], Operation | None]
-    ) -> None:
-        self.app = app
-        self.rules = rules
-        self.operation_of = operation_of
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        operation = self.operation_of(scope) if scope["type"] == "http" else None
-        fault = None
-        if operation is not None:
-            prefer = header(scope, b"prefer")
-            fault = preferred_fault(prefer) if prefer else None
-            fault = fault or self.rules.take(operation)
-        if fault is None:
-            await self.app(scope, receive, send)
-            return
-        if fault.delay_ms:
-            await asyncio.sleep(fault.delay_ms / 1000)  # the loop serves others meanwhile
-        if fault.drop:
-            await _drop(scope, receive)
-        elif fault.status is not None:
-            await _injected(fault)(scope, receive, send)
-        elif fault.applied:
-            await self.app(scope, receive, _with_header(send, b"preference-applied", fault.applied))
-        else:
-            await self.app(scope, receive, send)
-
-
 def _injected(fault: Fault) -> Response:
     assert fault.status is not None
     by = f"fault rule {fault.rule_id}" if fault.rule_id else f"Prefer: {fault.applied}"
@@ -166,18 +155,19 @@ def _injected(fault: Fault) -> Response:
     return error_response(fault.status, ErrorCode.INJECTED_FAULT, f"Injected by {by}", headers)
 
 
+class _Unanswered(Response):
+    """What a dropped request gets: nothing (its connection is closed already)."""
+
+    def __init__(self) -> None:
+        self.raw_headers = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pass
+
+
 async def _drop(scope: Scope, receive: Receive) -> None:
     """Close the connection without an answer, then wait until the server has seen it go, so
     that it does not answer a 500 of its own for a request the app left unanswered."""
     scope["extensions"][CLOSE_EXTENSION]["close"]()
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-def _with_header(send: Send, name: bytes, value: str) -> Send:
-    async def send_with_header(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message["headers"] = [*message.get("headers", ()), (name, value.encode())]
-        await send(message)
-
-    return send_with_header

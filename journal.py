@@ -5,18 +5,24 @@ from __future__ import annotations
 import collections
 import datetime
 import itertools
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope
 
-from routing import REQUEST_ID, STATUS, route_path
+from routing import REQUEST_ID, STATUS
 from schemas import JOURNAL_BODY_LIMIT, JournalEntry
 
-# Never kept: they carry credentials.
+# Never given out: they carry credentials.
 _UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-authorization"})
 REDACTED: Final = "[redacted]"
+
+
+# What the ring holds: a plain tuple in Recorded's order (a NamedTuple's constructor costs a
+# Python call more a request); read back as a Recorded.
+Kept = tuple[
+    int, int, str, str, bytes, int | None, int, bytes, list[tuple[bytes, bytes]], bytes | None
+]
 
 
 class Recorded(NamedTuple):
@@ -35,45 +41,55 @@ class Recorded(NamedTuple):
 
 
 class Journal:
-    """The last `size` requests, oldest first. Recording one costs a tuple and a filtered
-    header list; the JSON is built when the journal is read. Keys of any kind (API or admin)
-    are kept out: the credential headers are never stored, and a key found anywhere else (a
-    query, another header, a body) is replaced by "[redacted]" when entries are read."""
+    """The last `size` requests, oldest first. Recording one costs a tuple of what the request
+    already holds (its header list as the server parsed it, not a copy); the JSON is built when
+    the journal is read, and only then are the credential headers left out and any key of any
+    kind (API or admin) found elsewhere (a query, another header, a body, the path) replaced by
+    "[redacted]": no key is ever in what the journal gives out."""
+
+    BODY_PATH: Final = "/v1/pets"  # createPet's: the one body kept
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
-        self.ring: collections.deque[Recorded] = collections.deque(maxlen=size)
+        self.ring: collections.deque[Kept] = collections.deque(maxlen=size)
         self.sequence = itertools.count(1)
-        self.dropped = 0
+        self.cleared_at = 0  # the last seq before the last clear
         self.secrets = tuple(secret for secret in secrets if secret)
 
+    @property
+    def dropped(self) -> int:
+        """Entries the ring pushed out since the last clear."""
+        if not self.ring:
+            return 0
+        return self.ring[-1][0] - self.cleared_at - len(self.ring)
+
+    def covers(self, path: str) -> bool:
+        """Whether requests for this path (the root path taken off) are recorded: under /v1."""
+        return path.startswith("/v1/") or path == "/v1"
+
     def record(
-        self,
-        scope: Scope,
-        time_ns: int,
-        duration_ns: int,
-        body: bytes | None,
+        self, scope: Scope, path: str, time_ns: int, duration_ns: int, body: bytes | None
     ) -> None:
-        if len(self.ring) == self.ring.maxlen:
-            self.dropped += 1
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        """Note a request that ended: `path` without the root path, when it arrived, how long
+        it took, createPet's body (as much as `copying` kept)."""
         self.ring.append(
-            Recorded(
+            (
                 next(self.sequence),
                 time_ns,
                 scope["method"],
-                route_path(scope),
+                path,
                 scope["query_string"],
                 scope.get(STATUS),
                 duration_ns,
                 scope[REQUEST_ID],
-                [header for header in headers if header[0] not in _UNRECORDED_HEADERS],
+                scope["headers"],
                 body,
             )
         )
 
     def clear(self) -> None:
+        if self.ring:
+            self.cleared_at = self.ring[-1][0]
         self.ring.clear()
-        self.dropped = 0
 
     def entries(
         self,
@@ -85,7 +101,7 @@ class Journal:
         """The entries that match every filter given, oldest first; the newest `limit` of them."""
         chosen = [
             recorded
-            for recorded in self.ring
+            for recorded in map(Recorded._make, self.ring)
             if (method is None or recorded.method == method)
             and (path is None or recorded.path == path)
             and (status is None or recorded.status == status)
@@ -103,6 +119,8 @@ class Journal:
     def _entry(self, recorded: Recorded) -> JournalEntry:
         headers: dict[str, str] = {}
         for name, value in recorded.headers:
+            if name in _UNRECORDED_HEADERS:
+                continue
             key = name.decode("latin-1")
             text = self._redact(value.decode("latin-1"))
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
@@ -130,33 +148,7 @@ def _rfc3339(time_ns: int) -> str:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-class JournalRecorder:
-    """Records every request under /v1 (401s and 404s included) in the journal, with
-    createPet's body, which it copies (up to the limit) as the handler reads it."""
-
-    def __init__(self, app: ASGIApp, journal: Journal, body_paths: Sequence[str]) -> None:
-        self.app = app
-        self.journal = journal
-        self.body_paths = frozenset(body_paths)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = route_path(scope) if scope["type"] == "http" else ""
-        if not (path.startswith("/v1/") or path == "/v1"):
-            await self.app(scope, receive, send)
-            return
-        arrived, started = time.time_ns(), time.perf_counter_ns()
-        body: bytearray | None = None
-        if scope["method"] == "POST" and path in self.body_paths:
-            body = bytearray()
-            receive = _copying(receive, body)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            elapsed = time.perf_counter_ns() - started
-            self.journal.record(scope, arrived, elapsed, None if body is None else bytes(body))
-
-
-def _copying(receive: Receive, copy: bytearray) -> Receive:
+def copying(receive: Receive, copy: bytearray) -> Receive:
     """`receive`, copying the body into `copy` until it holds one byte more than the limit."""
 
     async def receive_and_copy() -> Message:

@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from journal import Journal, copying
 from routing import (
     REQUEST_ID,
     STATUS,
@@ -65,12 +66,14 @@ class AccessLog:
     ended, through a `send` wrapper that caught the status, cost 3 % of a getPet's instructions
     more (bench/instructions.py); stdlib logging costs tens of microseconds. Being the layer
     that sees how each request ended, it also answers the last-resort 500 when one failed
-    before any response.
+    before any response, and, with the test-control plane on, notes the request in the
+    journal: a layer of its own cost a request a clock and an await more.
     """
 
-    def __init__(self, app: ASGIApp, stream: TextIO | None) -> None:
+    def __init__(self, app: ASGIApp, stream: TextIO | None, journal: Journal | None = None) -> None:
         self.app = app
         self.stream = stream
+        self.journal = journal
         self.entries: list[tuple[tuple[str, int] | None, str, str, int, int, bytes]] = []
         self.id_prefix = secrets.token_hex(4).encode() + b"-"
         self.id_counter = itertools.count(1)
@@ -89,6 +92,16 @@ class AccessLog:
             return
         started = time.perf_counter_ns()
         scope[REQUEST_ID] = request_id = self.request_id(scope["headers"])
+        journal, path, body, arrived = self.journal, "", None, 0
+        if journal is not None:  # the test-control plane is on
+            path = route_path(scope)
+            if not journal.covers(path):
+                journal = None
+            else:
+                arrived = time.time_ns()
+                if path == journal.BODY_PATH and scope["method"] == "POST":
+                    body = bytearray()
+                    receive = copying(receive, body)
         try:
             await self.app(scope, receive, send)
         except Exception:
@@ -96,6 +109,9 @@ class AccessLog:
                 raise
             await internal_error(scope)(scope, receive, send)
         finally:
+            if journal is not None:
+                elapsed = time.perf_counter_ns() - started
+                journal.record(scope, path, arrived, elapsed, None if body is None else bytes(body))
             if self.stream:
                 elapsed = time.perf_counter_ns() - started
                 self.entries.append(
@@ -137,23 +153,17 @@ class Area:
     public_paths: frozenset[str]
 
 
-class BearerAuth:
-    """Refuse every request under the prefix (/v1 or /_admin) but its public paths without an
-    accepted key.
-
-    It runs before routing, so an unauthenticated client learns nothing: no 404, no 400.
-    Keys are compared as SHA-256 digests with hmac.compare_digest, every key every time.
-    The 401 carries the headers the path's endpoint would have added (getPet's deprecation).
-    """
+class Credentials:
+    """One set of keys and the paths it guards: those under the area's prefix but its public
+    ones. Keys are compared as SHA-256 digests with hmac.compare_digest, every key every time.
+    The 401 carries the headers the path's endpoint would have added (getPet's deprecation)."""
 
     def __init__(
         self,
-        app: ASGIApp,
         keys: Sequence[str],
         area: Area,
         headers_for: Callable[[Scope], RawHeaders] = lambda scope: (),
     ) -> None:
-        self.app = app
         self.digests = [hashlib.sha256(key.encode()).digest() for key in keys]
         self.public_paths = area.public_paths
         self.headers_for = headers_for
@@ -183,16 +193,14 @@ class BearerAuth:
             accepted |= hmac.compare_digest(digest, known)
         return accepted
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        path = route_path(scope)
-        if (not path.startswith(self.under_prefix) and path != self.prefix) or (
-            path in self.public_paths
-        ):
-            await self.app(scope, receive, send)
-            return
+    def guards(self, path: str) -> bool:
+        """Whether a request for this path (the root path taken off) needs a key of this set."""
+        return (path.startswith(self.under_prefix) or path == self.prefix) and (
+            path not in self.public_paths
+        )
+
+    def refusal(self, scope: Scope) -> JSONResponse | None:
+        """The 401 for a request without an accepted key; None when its key is accepted."""
         authorization = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
@@ -202,12 +210,32 @@ class BearerAuth:
         token = token.strip(b" \t")
         is_bearer = scheme.lower() == b"bearer" and bool(token)
         if is_bearer and self.accepts(token):
-            await self.app(scope, receive, send)
-            return
+            return None
         refusal = self.refusals[is_bearer]
         response = JSONResponse(bytes(refusal.body), 401)
         response.raw_headers = [*refusal.raw_headers, *self.headers_for(scope)]
-        await response(scope, receive, send)
+        return response
+
+
+class BearerAuth:
+    """Refuse every request under a guarded prefix (/v1 for API keys, /_admin for admin keys)
+    without a key of that prefix's set. It runs before routing, so an unauthenticated client
+    learns nothing: no 404, no 400."""
+
+    def __init__(self, app: ASGIApp, credentials: Sequence[Credentials]) -> None:
+        self.app = app
+        self.credentials = tuple(credentials)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = route_path(scope)
+            for credentials in self.credentials:
+                if credentials.guards(path):
+                    if (response := credentials.refusal(scope)) is not None:
+                        await response(scope, receive, send)
+                        return
+                    break
+        await self.app(scope, receive, send)
 
 
 # What a browser app may send and read (CONTRACT.md, Browsers and generated clients).

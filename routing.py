@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from starlette.responses import Response
 from starlette.routing import Route, Router
@@ -103,21 +103,44 @@ def internal_error(scope: Scope) -> Response:
 Handler = Callable[[Scope, Receive], Awaitable[Response]]
 
 
+class Interception(NamedTuple):
+    """What an interceptor decided for a request: the response to send instead of the
+    handler's (None: the handler answers), and headers to add to whatever is sent."""
+
+    response: Response | None
+    headers: RawHeaders = ()
+
+
+# Looks at a request for an operation (by its name) after the credential check and before its
+# handler: the test-control plane's faults. It may wait; None: nothing to do.
+Interceptor = Callable[[Scope, Receive, str], Awaitable[Interception | None]]
+
+
 class Endpoint:
     """The ASGI app of one path: picks the handler by method and turns whatever it returns or
     raises into the response (Refused: its Error; anything else: a logged 500), adding the
     path's own headers to every one of them. `{root_path}` in a header value is the request's
-    root path (set by --root-path or by the server), so links keep the proxy's prefix."""
+    root path (set by --root-path or by the server), so links keep the proxy's prefix.
+    `operations` names the operation of each method, for the interceptor, if there is one."""
 
     def __init__(
-        self, handlers: Mapping[str, Handler], headers: Mapping[str, str] | None = None
+        self,
+        handlers: Mapping[str, Handler],
+        headers: Mapping[str, str] | None = None,
+        *,
+        operations: Mapping[str, str] | None = None,
+        intercept: Interceptor | None = None,
     ) -> None:
         self.handlers = dict(handlers)
+        self.operations = dict(operations or {})
         if "GET" in self.handlers:
             self.handlers.setdefault("HEAD", self.handlers["GET"])
+            if "GET" in self.operations:
+                self.operations.setdefault("HEAD", self.operations["GET"])
         self.allow = ", ".join(sorted(self.handlers))
         self.header_templates = dict(headers or {})
         self.headers_by_root_path: dict[str, RawHeaders] = {}
+        self.intercept = intercept if self.operations else None
 
     def headers_for(self, scope: Scope) -> RawHeaders:
         root_path: str = scope.get("root_path", "")
@@ -131,6 +154,7 @@ class Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.handlers.get(scope["method"])
+        added: RawHeaders = ()
         try:
             if handler is None:
                 raise Refused(
@@ -139,11 +163,21 @@ class Endpoint:
                     f"Method {scope['method']} is not allowed here; allowed: {self.allow}",
                     {"Allow": self.allow},
                 )
-            response = await handler(scope, receive)
+            if self.intercept is not None and (
+                interception := await self.intercept(
+                    scope, receive, self.operations[scope["method"]]
+                )
+            ):
+                added = interception.headers
+                response = interception.response or await handler(scope, receive)
+            else:
+                response = await handler(scope, receive)
         except Refused as refusal:
             response = refusal.response
         except Exception:
             response = internal_error(scope)
+        if added:
+            response.raw_headers += added
         if self.header_templates:
             response.raw_headers += self.headers_for(scope)
         await response(scope, receive, send)

@@ -175,15 +175,16 @@ def serve(
     log: Path,
     pin: Pinning,
     log_level: str = "warning",
+    extra: Sequence[str] = (),
 ) -> Iterator[Server]:
     """Spawn `python app.py` (file store on `data`, else in memory); stopped on the way out.
 
-    `log_level` "info" turns the service's access log on (to stdout, i.e. to `log`). It yields
-    at once, without waiting for readiness.
+    `log_level` "info" turns the service's access log on (to stdout, i.e. to `log`); `extra`
+    are more flags. It yields at once, without waiting for readiness.
     """
     port = free_port()
     flags = f"--port {port} --api-key {API_KEY} --log-level {log_level}".split()
-    argv = [*pin.server, sys.executable, str(ROOT / "app.py"), *flags]
+    argv = [*pin.server, sys.executable, str(ROOT / "app.py"), *flags, *extra]
     if data is not None:
         argv += ["--data", str(data)]
     # The flags say everything: no PETSTORE_* setting of the caller's shell leaks in.

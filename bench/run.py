@@ -27,9 +27,11 @@ warning). Scenarios, each `wrk -t1 -c32` (32 connections, also for the file stor
                    same with group commit)
 
 Per scenario: a warm-up run per server, then --rounds rounds; a round loads the service with
-its access log on (log level info, lines to a file), the ceiling, and the service with its
-access log off, --duration seconds each, in that order and reversed in the next round, so that
-the ceiling's run is next to each service run. How to read the two tables (log on, log off):
+the test-control plane on (an admin key, the journal at its default size, access log on), the
+service as it starts by default (access log on, log level info, lines to a file), the ceiling,
+and the service with its access log off, --duration seconds each, in that order and reversed in
+the next round, so that each server's run is next to the one it is compared with. How to read
+the tables (log on vs. ceiling, log off vs. ceiling, plane on vs. off):
 
 - ratio: service / ceiling req/s, taken pair by pair (a service run and the ceiling run beside
   it), the median; "pairs" the lowest and highest. Noise that lasts a few seconds hits both
@@ -41,10 +43,10 @@ the ceiling's run is next to each service run. How to read the two tables (log o
 - req/s and req/CPU-s are medians over the rounds; p50/p99 are over every request of every
   round (bench/common.py says how latencies are timed).
 
-Targets (service / ceiling, median of pairs): >= 0.75 for get, list20, list20-status and
-unauthorized, >= 0.65 for create-memory. They are reported, not enforced: the exit status is 0
-after the tables, 2 when the benchmark can't run (no wrk, a server that does not start,
-answers that differ).
+Targets (median of pairs): service / ceiling >= 0.75 for get, list20, list20-status and
+unauthorized, >= 0.65 for create-memory; plane on / off >= 0.95 on every scenario. They are
+reported, not enforced: the exit status is 0 after the tables, 2 when the benchmark can't run
+(no wrk, a server that does not start, answers that differ).
 """
 
 from __future__ import annotations
@@ -88,11 +90,15 @@ FILL: Final = 1000  # pets every server gets before timing
 WRONG_KEY: Final = "not-the-key-0123456789"
 STATUSES: Final = ("available", "pending", "sold", None)  # the fill cycles through these
 
-# The three servers of a scenario, in the order of even rounds (odd rounds reverse it).
+# The servers of a scenario, in the order of even rounds (odd rounds reverse it): the default
+# service (access log on) is next to both the ceiling and the service with the plane on.
+PLANE_ON: Final = "service, test-control plane on"
 LOG_ON: Final = "service, access log on"
 CEILING: Final = "ceiling"
 LOG_OFF: Final = "service, access log off"
-ROUND_ORDER: Final = (LOG_ON, CEILING, LOG_OFF)
+ROUND_ORDER: Final = (PLANE_ON, LOG_ON, CEILING, LOG_OFF)
+PLANE_FLAGS: Final = ("--admin-key", "bench-admin-key-0123456789")  # journal at its default size
+PLANE_TARGET: Final = 0.95  # plane on / plane off, at least
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -197,7 +203,7 @@ def ceiling_argv(pin: Pinning, port: int) -> list[str]:
 def servers(
     store: str, tmp: Path, pin: Pinning, start_timeout: float = 60.0
 ) -> Iterator[dict[str, Server]]:
-    """The service (access log on and off) and the ceiling, ready, filled with FILL pets."""
+    """The service (access log on and off, plane on) and the ceiling, ready, FILL pets each."""
     with contextlib.ExitStack() as stack:
         data = {name: tmp / f"{store}-{number}.jsonl" for number, name in enumerate(ROUND_ORDER)}
 
@@ -205,6 +211,9 @@ def servers(
             return data[name] if store == "file" else None
 
         running = {
+            PLANE_ON: stack.enter_context(
+                serve(data_flag(PLANE_ON), tmp / f"{store}-plane.log", pin, "info", PLANE_FLAGS)
+            ),
             LOG_ON: stack.enter_context(
                 serve(data_flag(LOG_ON), tmp / f"{store}-log-on.log", pin, "info")
             ),
@@ -252,10 +261,14 @@ def _headers(key: str | None, body: bool = False) -> dict[str, str]:
 
 
 Answer = tuple[int, list[tuple[str, str]], bytes]
+# Headers that differ from one answer to the next, or that only the service sends (the ceiling
+# makes no request ids: the cost of making them is part of what the comparison measures).
+_VARYING: Final = frozenset({"date", "x-request-id"})
 
 
 def ask(server: Server, probe: Probe) -> Answer:
-    """Status, headers but `date` (lower-case names, in order) and body of one request."""
+    """Status, headers but `date` and `x-request-id` (lower-case names, in order) and body of
+    one request."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
         headers = _headers(probe.key, body=probe.body is not None)
@@ -263,7 +276,7 @@ def ask(server: Server, probe: Probe) -> Answer:
         response = connection.getresponse()
         body = response.read()
         kept = [(name.lower(), value) for name, value in response.getheaders()]
-        return response.status, [(n, v) for n, v in kept if n != "date"], body
+        return response.status, [(n, v) for n, v in kept if n not in _VARYING], body
     finally:
         connection.close()
 
@@ -400,7 +413,8 @@ def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
         scenarios = [s for s in chosen if s.store == store]
         if not scenarios:
             continue
-        print(f"{store} store: starting 3 servers, {FILL} pets each", file=sys.stderr)
+        starting = f"{store} store: starting {len(ROUND_ORDER)} servers, {FILL} pets each"
+        print(starting, file=sys.stderr)
         with servers(store, tmp, pin) as running:
             for warning in check_same_answers(scenarios, running):
                 print(f"warning: {warning}")
@@ -414,6 +428,57 @@ def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
     targets = []
     for service in (LOG_ON, LOG_OFF):
         targets += table(service, results, options)
+    return targets + plane_table(results, options)
+
+
+def plane_table(results: Sequence[Measured], options: Options) -> list[Target]:
+    """What the test-control plane costs when it is on: the service with an admin key (the
+    journal at its default size) against the default service, pair by pair."""
+    rows, targets = [], []
+    for measured in results:
+        on, off = measured.runs[PLANE_ON], measured.runs[LOG_ON]
+        ratios = pair_ratios(on, off, per_second)
+        ratio = statistics.median(ratios)
+        cpu_ratio = statistics.median(pair_ratios(on, off, per_cpu_second))
+        passed = ratio >= PLANE_TARGET
+        rows.append(
+            [
+                measured.scenario.title,
+                f"{statistics.median(r.per_second for r in on):,.0f}",
+                f"{statistics.median(r.per_second for r in off):,.0f}",
+                f"{ratio:.3f}",
+                f"{min(ratios):.2f}..{max(ratios):.2f}",
+                f"{cpu_ratio:.3f}",
+                *p50_p99(on),
+                *p50_p99(off),
+                f">= {PLANE_TARGET:.2f} {verdict(passed)}",
+            ]
+        )
+        targets.append(
+            Target(
+                f"{measured.scenario.title}: plane on / off >= {PLANE_TARGET:.2f}",
+                f"{ratio:.3f}",
+                passed,
+            )
+        )
+    print_table(
+        f"Test-control plane on (admin key, journal of 1,000) vs. off, access log on: "
+        f"{options.rounds} rounds of {options.duration} s (latency in ms)",
+        [
+            "scenario",
+            "on req/s",
+            "off req/s",
+            "ratio",
+            "pairs",
+            "CPU ratio",
+            "on p50",
+            "on p99",
+            "off p50",
+            "off p99",
+            "target",
+        ],
+        rows,
+    )
     return targets
 
 

@@ -17,10 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.routing import Route
 
 from app import Petstore, create_app
 from datafile import FileStore
 from journal import Journal
+from middleware import BearerAuth
+from routing import Endpoint, IndexedRouter
 from schemas import seed_decoder
 from settings import Settings
 from store import MemoryStore, PetStore
@@ -117,16 +120,32 @@ async def test_without_an_admin_key_prefer_is_ignored(
     assert "preference-applied" not in response.headers
 
 
-async def test_without_an_admin_key_the_stack_has_no_plane_layer(app: Petstore) -> None:
-    """Off means free: no journal, no fault layer, no admin auth in the stack."""
-    assert app.plane is None
+def stack_of(app: Petstore) -> list[Any]:
+    """The layers from the outermost to the router."""
+    layers: list[Any] = []
     layer: Any = app.app
-    names = []
-    while layer is not None:
-        names.append(type(layer).__name__)
-        layer = getattr(layer, "app", None)
-    assert not {"JournalRecorder", "Faults"} & set(names), names
-    assert names.count("BearerAuth") == 1, names
+    while not isinstance(layer, IndexedRouter):
+        layers.append(layer)
+        layer = layer.app
+    return layers
+
+
+def endpoints_of(app: Petstore) -> list[Endpoint]:
+    routes = [route for route in app.router.routes if isinstance(route, Route)]
+    return [route.endpoint for route in routes if isinstance(route.endpoint, Endpoint)]
+
+
+@pytest.mark.parametrize(("settings", "on"), [(Settings(api_keys=(KEY,)), False), (PLANE, True)])
+def test_off_means_the_plane_is_not_in_the_request_path(settings: Settings, on: bool) -> None:
+    """Without an admin key no journal is kept, no endpoint intercepts, one key set is
+    checked: no request does any work for the plane. With one, all three are there."""
+    app = plane_app(settings)
+    assert (app.plane is not None) is on
+    assert (app.access_log.journal is not None) is on
+    intercepting = [endpoint for endpoint in endpoints_of(app) if endpoint.intercept]
+    assert len(intercepting) == (2 if on else 0)  # /v1/pets and /v1/pets/{petId}
+    [auth] = [layer for layer in stack_of(app) if isinstance(layer, BearerAuth)]
+    assert len(auth.credentials) == (2 if on else 1)
 
 
 @pytest.mark.parametrize(
@@ -366,7 +385,7 @@ async def test_journal_memory_is_bounded() -> None:
     tracemalloc.start()
     try:
         for _ in range(3000):
-            journal_.record(scope, 0, 1000, bytes(bytearray(body)))  # a body of its own
+            journal_.record(scope, "/v1/pets", 0, 1000, bytes(bytearray(body)))  # its own body
         used, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
