@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -84,15 +84,19 @@ class Faults:
     def clear(self) -> None:
         self.rules = []
 
-    async def intercept(
+    def intercept(
         self, scope: Scope, receive: Receive, operation: str
-    ) -> Interception | None:
+    ) -> Awaitable[Interception] | None:
+        """None for a request without a fault (most requests, decided without an await), else
+        the wait and the Interception."""
         prefer = header(scope, b"prefer")
-        if not prefer and not self.rules:  # most requests, most of the time
+        if not prefer and not self.rules:
             return None
         fault = (preferred_fault(prefer) if prefer else None) or self.take(Operation(operation))
-        if fault is None:
-            return None
+        return None if fault is None else self._apply(fault, scope, receive)
+
+    @staticmethod
+    async def _apply(fault: Fault, scope: Scope, receive: Receive) -> Interception:
         if fault.delay_ms:
             await asyncio.sleep(fault.delay_ms / 1000)  # the loop serves others meanwhile
         if fault.drop:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import collections
 import datetime
 import itertools
+import time
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from starlette.types import Message, Receive, Scope
 
-from routing import REQUEST_ID, STATUS
+from routing import REQUEST_ID, STATUS, route_path
 from schemas import JOURNAL_BODY_LIMIT, JournalEntry
 
 # Never given out: they carry credentials.
@@ -18,41 +19,48 @@ _UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-aut
 REDACTED: Final = "[redacted]"
 
 
-# What the ring holds: a plain tuple in Recorded's order (a NamedTuple's constructor costs a
-# Python call more a request); read back as a Recorded.
-Kept = tuple[
-    int, int, str, str, bytes, int | None, int, bytes, list[tuple[bytes, bytes]], bytes | None
-]
-
-
 class Recorded(NamedTuple):
-    """A request as the ring keeps it: raw values, formatted only when somebody reads them."""
+    """A request as the ring keeps it: its own scope (kept, not copied: the cheapest record
+    there is, since the scope would be freed at the end of the request anyway), and what the
+    scope does not hold. Fields are read out of the scope when the journal is read."""
 
     seq: int
-    time_ns: int  # wall clock, when it arrived
-    method: str
-    path: str
-    query: bytes
-    status: int | None  # None: no answer (the connection was dropped)
+    started_ns: int  # time.perf_counter_ns() when it arrived
     duration_ns: int
-    request_id: bytes
-    headers: list[tuple[bytes, bytes]]
+    scope: Scope
     body: bytes | None  # createPet's, at most JOURNAL_BODY_LIMIT + 1 bytes (one more: truncated)
+
+    @property
+    def method(self) -> str:
+        method: str = self.scope["method"]
+        return method
+
+    @property
+    def path(self) -> str:
+        return route_path(self.scope)
+
+    @property
+    def status(self) -> int | None:  # None: no answer (the connection was dropped)
+        status: int | None = self.scope.get(STATUS)
+        return status
 
 
 class Journal:
-    """The last `size` requests, oldest first. Recording one costs a tuple of what the request
-    already holds (its header list as the server parsed it, not a copy); the JSON is built when
-    the journal is read, and only then are the credential headers left out and any key of any
-    kind (API or admin) found elsewhere (a query, another header, a body, the path) replaced by
-    "[redacted]": no key is ever in what the journal gives out."""
+    """The last `size` requests, oldest first. Recording one costs a small tuple holding the
+    request's scope; the JSON is built when the journal is read, and only then are the
+    credential headers left out and any key of any kind (API or admin) found elsewhere (a query,
+    another header, a body, the path) replaced by "[redacted]": no key is ever in what the
+    journal gives out."""
 
     BODY_PATH: Final = "/v1/pets"  # createPet's: the one body kept
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
-        self.ring: collections.deque[Kept] = collections.deque(maxlen=size)
+        self.ring: collections.deque[Recorded] = collections.deque(maxlen=size)
         self.sequence = itertools.count(1)
         self.cleared_at = 0  # the last seq before the last clear
+        # Entries note the monotonic clock (which the access log reads anyway); this turns
+        # it into the wall clock when they are read.
+        self.wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
         self.secrets = tuple(secret for secret in secrets if secret)
 
     @property
@@ -66,25 +74,11 @@ class Journal:
         """Whether requests for this path (the root path taken off) are recorded: under /v1."""
         return path.startswith("/v1/") or path == "/v1"
 
-    def record(
-        self, scope: Scope, path: str, time_ns: int, duration_ns: int, body: bytes | None
-    ) -> None:
-        """Note a request that ended: `path` without the root path, when it arrived, how long
-        it took, createPet's body (as much as `copying` kept)."""
-        self.ring.append(
-            (
-                next(self.sequence),
-                time_ns,
-                scope["method"],
-                path,
-                scope["query_string"],
-                scope.get(STATUS),
-                duration_ns,
-                scope[REQUEST_ID],
-                scope["headers"],
-                body,
-            )
-        )
+    def record(self, scope: Scope, started_ns: int, duration_ns: int, body: bytes | None) -> None:
+        """Note a request that ended: its scope, when it arrived (time.perf_counter_ns), how
+        long it took, createPet's body (as much as `copying` kept)."""
+        # A plain tuple in Recorded's order: its class's constructor is a Python call more.
+        self.ring.append((next(self.sequence), started_ns, duration_ns, scope, body))  # type: ignore[arg-type]
 
     def clear(self) -> None:
         if self.ring:
@@ -117,8 +111,9 @@ class Journal:
         return text
 
     def _entry(self, recorded: Recorded) -> JournalEntry:
+        scope = recorded.scope
         headers: dict[str, str] = {}
-        for name, value in recorded.headers:
+        for name, value in scope["headers"]:
             if name in _UNRECORDED_HEADERS:
                 continue
             key = name.decode("latin-1")
@@ -126,13 +121,13 @@ class Journal:
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         entry = JournalEntry(
             seq=recorded.seq,
-            time=_rfc3339(recorded.time_ns),
+            time=_rfc3339(recorded.started_ns + self.wall_minus_monotonic_ns),
             method=recorded.method,
             path=self._redact(recorded.path),
-            query=self._redact(recorded.query.decode("latin-1")),
+            query=self._redact(scope["query_string"].decode("latin-1")),
             status=recorded.status,
             durationMs=round(recorded.duration_ns / 1e6, 3),
-            requestId=self._redact(recorded.request_id.decode("latin-1")),
+            requestId=self._redact(scope[REQUEST_ID].decode("latin-1")),
             headers=headers,
         )
         if recorded.body is not None:

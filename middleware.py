@@ -92,16 +92,14 @@ class AccessLog:
             return
         started = time.perf_counter_ns()
         scope[REQUEST_ID] = request_id = self.request_id(scope["headers"])
-        journal, path, body, arrived = self.journal, "", None, 0
+        journal, path, body = self.journal, "", None
         if journal is not None:  # the test-control plane is on
             path = route_path(scope)
             if not journal.covers(path):
                 journal = None
-            else:
-                arrived = time.time_ns()
-                if path == journal.BODY_PATH and scope["method"] == "POST":
-                    body = bytearray()
-                    receive = copying(receive, body)
+            elif path == journal.BODY_PATH and scope["method"] == "POST":
+                body = bytearray()
+                receive = copying(receive, body)
         try:
             await self.app(scope, receive, send)
         except Exception:
@@ -111,7 +109,7 @@ class AccessLog:
         finally:
             if journal is not None:
                 elapsed = time.perf_counter_ns() - started
-                journal.record(scope, path, arrived, elapsed, None if body is None else bytes(body))
+                journal.record(scope, started, elapsed, None if body is None else bytes(body))
             if self.stream:
                 elapsed = time.perf_counter_ns() - started
                 self.entries.append(

@@ -112,8 +112,9 @@ class Interception(NamedTuple):
 
 
 # Looks at a request for an operation (by its name) after the credential check and before its
-# handler: the test-control plane's faults. It may wait; None: nothing to do.
-Interceptor = Callable[[Scope, Receive, str], Awaitable[Interception | None]]
+# handler: the test-control plane's faults. None: nothing to do (decided without an await, as
+# for most requests); else what to await for the Interception (which may wait first).
+Interceptor = Callable[[Scope, Receive, str], Awaitable[Interception] | None]
 
 
 class Endpoint:
@@ -164,10 +165,9 @@ class Endpoint:
                     {"Allow": self.allow},
                 )
             if self.intercept is not None and (
-                interception := await self.intercept(
-                    scope, receive, self.operations[scope["method"]]
-                )
+                pending := self.intercept(scope, receive, self.operations[scope["method"]])
             ):
+                interception = await pending
                 added = interception.headers
                 response = interception.response or await handler(scope, receive)
             else:

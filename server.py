@@ -42,6 +42,10 @@ class StallGuard(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Made once a connection; each request's scope shares it.
+        self._extensions: dict[str, dict[object, object]] = {
+            CLOSE_EXTENSION: {"close": transport.close}
+        }
         self._began = self._progress = self.loop.time()
         self._timer = self.loop.call_at(self._began + self.client_timeout, self._check)
 
@@ -54,7 +58,7 @@ class StallGuard(HttpToolsProtocol):
         super().on_message_begin()
         self._began = self._progress = self.loop.time()
         if self.offers_close:
-            self.scope["extensions"] = {CLOSE_EXTENSION: {"close": self.transport.close}}
+            self.scope["extensions"] = self._extensions
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
