@@ -22,10 +22,19 @@ from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from datafile import DataFileError, FileStore
 from docs import Docs
 from faults import Faults
+from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
 from middleware import AccessLog, Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
-from parsing import decode_new_pet, integer, list_query, not_json_reason, read_body, require_json
+from parsing import (
+    decode_new_pet,
+    idempotency_key,
+    integer,
+    list_query,
+    not_json_reason,
+    read_body,
+    require_json,
+)
 from routing import (
     Endpoint,
     IndexedRouter,
@@ -89,13 +98,29 @@ class PetRoutes:
 
     async def create_pet(self, scope: Scope, receive: Receive) -> Response:
         require_json(scope)
+        key = idempotency_key(scope)
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
         try:
-            pet = await self.store.add(new_pet)
+            pet, replayed = await self.store.add(new_pet, key)
         except StorageUnavailable as error:
             raise Refused(503, ErrorCode.STORAGE_UNAVAILABLE, str(error)) from None
+        except IdempotencyConflict:
+            raise Refused(
+                409,
+                ErrorCode.IDEMPOTENCY_CONFLICT,
+                "The first create with this Idempotency-Key is still in flight; retry later",
+            ) from None
+        except IdempotencyKeyReused:
+            raise Refused(
+                422,
+                ErrorCode.IDEMPOTENCY_KEY_REUSED,
+                "This Idempotency-Key was used with a different request",
+            ) from None
         location = f"{scope.get('root_path', '')}/v1/pets/{pet.id}"
-        return JSONResponse(encoder.encode(pet), 201, [(b"location", location.encode())])
+        headers = [(b"location", location.encode())]
+        if replayed:
+            headers.append((b"idempotent-replayed", b"true"))
+        return JSONResponse(encoder.encode(pet), 201, headers)
 
     async def get_pet(self, scope: Scope, receive: Receive) -> Response:
         text: str = scope["path_params"]["petId"]

@@ -9,13 +9,16 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated, Final
 
 import msgspec
 
-from schemas import NewPet, Pet, SeedPet, encoder, pet_decoder
-from store import IndexedReads, PetIndex, ResetUnavailable, StorageUnavailable, seed_pets
+from idempotency import IdempotencyKeys
+from schemas import IDEMPOTENCY_KEY_PATTERN, NewPet, Pet, SeedPet, encoder, pet_decoder
+from store import Added, IndexedReads, PetIndex, ResetUnavailable, StorageUnavailable, seed_pets
 
 logger = logging.getLogger("petstore.store")
 
@@ -56,19 +59,43 @@ def _split_torn_tail(data: bytes) -> int:
 _CHUNK = 1 << 20  # bytes of records decoded at a time: a million lines never sit in memory
 
 
-def _parse_records(path: str, records: bytes) -> list[Pet]:
-    """Every line a Pet, ids strictly increasing; else DataFileError naming the line."""
-    pets: list[Pet] = []
+class KeyedRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The line of a create made with an Idempotency-Key: the pet, its key and when it was made
+    (seconds since the epoch), so that the key is durable in the same write as its pet and a
+    retry after a restart or a crash replays it. A create without a key is a plain Pet line."""
+
+    pet: Pet
+    idempotencyKey: Annotated[str, msgspec.Meta(pattern=IDEMPOTENCY_KEY_PATTERN)]
+    keyedAt: Annotated[int, msgspec.Meta(ge=0)]
+
+
+_keyed_decoder: Final = msgspec.json.Decoder(KeyedRecord)
+# How the service writes a keyed line; a hand-written one must start so too.
+_KEYED_START: Final = b'{"pet":'
+Record = Pet | KeyedRecord
+
+
+def _decode(line: bytes) -> Record:
+    return (_keyed_decoder if line.startswith(_KEYED_START) else pet_decoder).decode(line)
+
+
+def _parse_records(path: str, records: bytes) -> list[Record]:
+    """Every line a Pet or a KeyedRecord, ids strictly increasing; else DataFileError naming
+    the line. A file written before keys existed is all Pet lines, and loads as it did."""
+    parsed: list[Record] = []
     start = 0
     while start < len(records):
         end = records.find(b"\n", start + _CHUNK) + 1 or len(records)
-        lines = records[start:end].split(b"\n")[:-1]
+        chunk = records[start:end]
+        lines = chunk.split(b"\n")[:-1]
+        # The fast way: one decoder over the whole chunk when no line in it is keyed.
+        decode = _decode if _KEYED_START in chunk else pet_decoder.decode
         try:
-            pets += list(map(pet_decoder.decode, lines))  # the fast way; on failure, find the line
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            for number, line in enumerate(lines, len(pets) + 1):
+            parsed += list(map(decode, lines))
+        except (msgspec.DecodeError, UnicodeDecodeError):  # find the line, and say why
+            for number, line in enumerate(lines, len(parsed) + 1):
                 try:
-                    pet_decoder.decode(line)
+                    _decode(line)
                 except (msgspec.DecodeError, UnicodeDecodeError) as error:
                     reason = (
                         str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
@@ -77,13 +104,14 @@ def _parse_records(path: str, records: bytes) -> list[Pet]:
             raise
         start = end
     last_id = 0
-    for number, pet in enumerate(pets, 1):
-        if pet.id <= last_id:
+    for number, record in enumerate(parsed, 1):
+        pet_id = record.pet.id if type(record) is KeyedRecord else record.id  # type: ignore[union-attr]
+        if pet_id <= last_id:
             raise DataFileError(
-                f"{path}, line {number}: id {pet.id} is not above the id {last_id} before it"
+                f"{path}, line {number}: id {pet_id} is not above the id {last_id} before it"
             )
-        last_id = pet.id
-    return pets
+        last_id = pet_id
+    return parsed
 
 
 @dataclass(slots=True)
@@ -91,6 +119,8 @@ class _Write:
     pet: Pet
     line: bytes
     done: asyncio.Future[Pet]
+    key: str | None = None  # the create's Idempotency-Key, made durable in the same line
+    made_at: int = 0  # seconds since the epoch, for a keyed create
 
 
 class FileStore(IndexedReads):
@@ -108,6 +138,7 @@ class FileStore(IndexedReads):
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._index = PetIndex()
+        self._keys = IdempotencyKeys()
         self._pending: list[_Write] = []
         self._closing = False
         self._failure: str | None = None
@@ -140,7 +171,7 @@ class FileStore(IndexedReads):
         size = os.fstat(self._fd).st_size
         data = os.pread(self._fd, size, 0)
         end = _split_torn_tail(data)
-        pets = _parse_records(self.path, data[:end])
+        records = _parse_records(self.path, data[:end])
         if end < len(data):
             logger.warning(
                 "%s: dropped a torn last record (%d bytes from byte %d: %r)",
@@ -151,8 +182,17 @@ class FileStore(IndexedReads):
             )
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
-        for pet in pets:
-            self._index.append(pet)
+        for number, record in enumerate(records, 1):
+            if type(record) is KeyedRecord:
+                if record.idempotencyKey in self._keys:
+                    raise DataFileError(
+                        f"{self.path}, line {number}: idempotency key {record.idempotencyKey!r} "
+                        "is used by an earlier line"
+                    )
+                self._index.append(record.pet)
+                self._keys.remember(record.idempotencyKey, record.pet, record.keyedAt)
+            else:
+                self._index.append(record)  # type: ignore[arg-type]
         return end
 
     def seed(self, pets: Sequence[SeedPet]) -> bool:
@@ -198,10 +238,15 @@ class FileStore(IndexedReads):
     def writable(self) -> bool:
         return self._failure is None
 
-    async def add(self, new_pet: NewPet) -> Pet:
+    async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         done: asyncio.Future[Pet] = asyncio.get_running_loop().create_future()
         with self._lock:
+            # A replay is a read: it is answered even while the store takes no writes.
+            if idempotency_key is not None and (made := self._keys.claim(idempotency_key, new_pet)):
+                return Added(made, replayed=True)
             if self._failure is not None:
+                if idempotency_key is not None:
+                    self._keys.release(idempotency_key)
                 raise StorageUnavailable(self._failure)
             pet = Pet(
                 id=self._next_id,
@@ -210,9 +255,15 @@ class FileStore(IndexedReads):
                 status=new_pet.status,
             )
             self._next_id += 1  # taken for good, even if this write fails
-            self._pending.append(_Write(pet, encoder.encode(pet) + b"\n", done))
+            if idempotency_key is None:
+                write = _Write(pet, encoder.encode(pet) + b"\n", done)
+            else:
+                made_at = int(time.time())
+                record = KeyedRecord(pet=pet, idempotencyKey=idempotency_key, keyedAt=made_at)
+                write = _Write(pet, encoder.encode(record) + b"\n", done, idempotency_key, made_at)
+            self._pending.append(write)
             self._wakeup.notify()
-        return await done
+        return Added(await done)
 
     # The writer thread.
 
@@ -227,10 +278,15 @@ class FileStore(IndexedReads):
                 failure = self._failure
             if failure is None:
                 failure = self._append(b"".join(write.line for write in batch))
-            if failure is None:
-                with self._lock:
-                    for write in batch:
+            with self._lock:
+                for write in batch:
+                    if failure is None:
                         self._index.append(write.pet)
+                    if write.key is not None:  # remembered with its pet, or free again
+                        if failure is None:
+                            self._keys.remember(write.key, write.pet, write.made_at)
+                        else:
+                            self._keys.release(write.key)
             self._settle(batch, failure)
 
     def _append(self, data: bytes) -> str | None:

@@ -9,6 +9,7 @@ import msgspec
 from schemas import (
     DELAY_MAX_MS,
     DEPRECATION,
+    IDEMPOTENCY_KEY_PATTERN,
     INT64_MAX,
     LIMIT_DEFAULT,
     LIMIT_MAX,
@@ -141,19 +142,43 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
         "operationId": "createPet",
         "summary": "Add an animal",
         "description": "Stores a NewPet under the next id and answers the Pet, with its "
-        "`Location`. An omitted `status` stays omitted.",
+        "`Location`. An omitted `status` stays omitted. With an `Idempotency-Key`, a retry of "
+        "the same request gets the same answer again instead of a second animal.",
         "tags": ["animals"],
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "Makes the create safe to retry (draft-ietf-httpapi-idempotency-"
+                "key-header): the same key with the same request replays the first 201; keys "
+                "are kept at least 24 hours and for 100,000 keyed creates after them",
+                "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+            }
+        ],
         "requestBody": {"required": True, "content": json_content(new_pet_ref)},
         "responses": {
             "201": {
-                "description": "The animal as stored, with its id",
-                "headers": {"Location": header_ref("Location")},
+                "description": "The animal as stored, with its id (or as the key's first create "
+                "stored it)",
+                "headers": {
+                    "Location": header_ref("Location"),
+                    "Idempotent-Replayed": header_ref("Idempotent-Replayed"),
+                },
                 "content": json_content(pet_ref),
             },
             "400": error(
-                "The body is not JSON, or not a NewPet",
+                "The body is not JSON, or not a NewPet, or the Idempotency-Key is malformed",
                 ErrorCode.MALFORMED_JSON,
                 ErrorCode.VALIDATION_ERROR,
+            ),
+            "409": error(
+                "The first create with this Idempotency-Key is still in flight",
+                ErrorCode.IDEMPOTENCY_CONFLICT,
+            ),
+            "422": error(
+                "This Idempotency-Key was used with a different request",
+                ErrorCode.IDEMPOTENCY_KEY_REUSED,
             ),
             "401": unauthorized,
             "413": error("The body is over the size limit", ErrorCode.PAYLOAD_TOO_LARGE),
@@ -216,6 +241,10 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
                     "required": True,
                 },
                 "Location": {**string_header("Path of the new animal"), "required": True},
+                "Idempotent-Replayed": string_header(
+                    "`true` on a replay of an earlier create with the same Idempotency-Key",
+                    const="true",
+                ),
                 "NextLink": string_header(
                     'RFC 8288 link to the next page, rel="next"; absent on the last page'
                 ),

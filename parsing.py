@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import decimal
+import re
 import urllib.parse
 from typing import Final
 
@@ -11,6 +12,7 @@ from starlette.types import Receive, Scope
 
 from routing import Refused, invalid
 from schemas import (
+    IDEMPOTENCY_KEY_PATTERN,
     INT64_MAX,
     LIMIT_DEFAULT,
     LIMIT_MAX,
@@ -72,6 +74,25 @@ def list_query(query_string: bytes) -> tuple[int, PetStatus | None, int]:
             raise invalid(f"Query parameter `after` must be an integer from 0 to {INT64_MAX}")
         after = value
     return limit, status, after
+
+
+_IDEMPOTENCY_KEY: Final = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
+def idempotency_key(scope: Scope) -> str | None:
+    """The request's Idempotency-Key, bare or as a quoted string (`"abc"` is `abc`); None
+    without one; a 400 for anything but 1 to 255 visible ASCII characters, or two of them."""
+    found: list[bytes] = [value for name, value in scope["headers"] if name == b"idempotency-key"]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise invalid("Idempotency-Key is given more than once")
+    key = found[0].decode("latin-1")
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]
+    if not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise invalid("Idempotency-Key must be 1 to 255 visible ASCII characters, bare or quoted")
+    return key
 
 
 def require_json(scope: Scope) -> None:

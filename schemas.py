@@ -30,6 +30,9 @@ RETRY_AFTER_STATUSES: Final = (429, 503)
 DELAY_MAX_MS: Final = 60_000
 JOURNAL_BODY_LIMIT: Final = 4096
 
+# Idempotency-Key (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters.
+IDEMPOTENCY_KEY_PATTERN: Final = "^[\x21-\x7e]{1,255}$"
+
 
 class PetStatus(enum.Enum):
     """Availability of an animal."""
@@ -51,6 +54,8 @@ class ErrorCode(enum.Enum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     STORAGE_UNAVAILABLE = "storage_unavailable"
     INTERNAL_ERROR = "internal_error"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     RESET_UNAVAILABLE = "reset_unavailable"
     INJECTED_FAULT = "injected_fault"
 

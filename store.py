@@ -6,10 +6,11 @@ import bisect
 import operator
 import threading
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import msgspec
 
+from idempotency import IdempotencyKeys
 from schemas import NewPet, Pet, PetStatus, SeedPet
 
 
@@ -19,6 +20,14 @@ class StorageUnavailable(Exception):
 
 class ResetUnavailable(Exception):
     """This store never deletes pets, so it can't go back to its start."""
+
+
+class Added(NamedTuple):
+    """What a create came to: the pet, and whether an earlier create with the same
+    Idempotency-Key and request made it (then nothing new was stored)."""
+
+    pet: Pet
+    replayed: bool = False
 
 
 class Page(msgspec.Struct, frozen=True):
@@ -48,8 +57,12 @@ class PetStore(Protocol):
     def writable(self) -> bool:
         """Whether `add` can succeed; readiness reports it."""
 
-    async def add(self, new_pet: NewPet) -> Pet:
-        """Store a pet under the next id; raises StorageUnavailable when it can't."""
+    async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
+        """Store a pet under the next id, or, for a key a create already used with this
+        request, give back that create's pet. Raises StorageUnavailable when it can't store,
+        IdempotencyConflict while the key's first create is in flight, IdempotencyKeyReused
+        when the key came with another request. With a key, the pet and its key are made
+        durable together, never apart."""
 
     async def get(self, pet_id: int) -> Pet | None:
         """The pet with this id, or None."""
@@ -139,6 +152,7 @@ class MemoryStore(IndexedReads):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._index = PetIndex()
+        self._keys = IdempotencyKeys()
         self._seeded: list[Pet] = []  # what reset() goes back to
 
     def seed(self, pets: Sequence[SeedPet]) -> bool:
@@ -156,6 +170,7 @@ class MemoryStore(IndexedReads):
             index.append(pet)
         with self._lock:
             self._index = index
+            self._keys.clear()
         return len(index)
 
     async def open(self) -> None:
@@ -168,8 +183,10 @@ class MemoryStore(IndexedReads):
     def writable(self) -> bool:
         return True
 
-    async def add(self, new_pet: NewPet) -> Pet:
+    async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         with self._lock:
+            if idempotency_key is not None and (made := self._keys.claim(idempotency_key, new_pet)):
+                return Added(made, replayed=True)
             pet = Pet(
                 id=self._index.last_id + 1,
                 name=new_pet.name,
@@ -177,4 +194,6 @@ class MemoryStore(IndexedReads):
                 status=new_pet.status,
             )
             self._index.append(pet)
-        return pet
+            if idempotency_key is not None:
+                self._keys.remember(idempotency_key, pet)
+        return Added(pet)

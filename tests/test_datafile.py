@@ -22,8 +22,9 @@ import pytest
 
 from app import create_app
 from datafile import DataFileError, FileStore
-from schemas import NewPet, Pet, encoder
+from schemas import NewPet, encoder
 from settings import Settings
+from store import Added
 from tests.conftest import AUTH, KEY, ServerFactory
 
 REX = {"id": 1, "name": "Rex", "categoryId": 1, "status": "available"}
@@ -191,9 +192,9 @@ class CountingFileStore(FileStore):
         super().__init__(path)
         self.adds = 0
 
-    async def add(self, new_pet: NewPet) -> Pet:
+    async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         self.adds += 1
-        return await super().add(new_pet)
+        return await super().add(new_pet, idempotency_key)
 
 
 @pytest.mark.anyio

@@ -150,7 +150,7 @@ async def test_storage_unavailable_on_add_is_503(
 ) -> None:
     """A store that can't take the write answers 503 storage_unavailable, never a 201."""
 
-    async def full(new_pet: object) -> None:
+    async def full(*request: object) -> None:
         raise StorageUnavailable("no space left on the device")
 
     monkeypatch.setattr(store, "add", full)

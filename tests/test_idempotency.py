@@ -1,0 +1,446 @@
+"""Idempotent createPet: Idempotency-Key replays the first 201, in memory and in the data file,
+across restarts; 409 while in flight, 422 for another request, 400 for a malformed key."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from datafile import DataFileError, FileStore
+from idempotency import RETAIN_KEYS, RETAIN_SECONDS, IdempotencyKeys
+from schemas import CategoryId, NewPet, Pet
+from settings import Settings
+from tests.conftest import AUTH, KEY, ServerFactory, assert_error
+from tests.test_control_plane import ADMIN, plane_app, running
+from tests.test_datafile import line, os_error, poll, serving
+
+pytestmark = pytest.mark.anyio
+
+REX = {"name": "Rex", "categoryId": 1, "status": "available"}
+TOM = {"name": "Tom", "categoryId": 2}
+
+
+AUTHORIZATION = f"Bearer {KEY}".encode()
+
+
+def keyed(key: str) -> dict[str, str]:
+    return {"Idempotency-Key": key}
+
+
+async def all_pets(http: httpx.AsyncClient) -> Any:
+    return (await http.get("/v1/pets", params={"limit": 100}, headers=AUTH)).json()
+
+
+@asynccontextmanager
+async def memory_service() -> AsyncIterator[httpx.AsyncClient]:
+    async with running(plane_app(Settings(api_keys=(KEY, "second-key-0123")))) as http:
+        http.headers.update(AUTH)
+        yield http
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+async def test_same_key_and_request_replays_the_201() -> None:
+    """A retry gets the same status, body and Location, says it is a replay, and stores
+    nothing new; the next create gets the next id."""
+    async with memory_service() as http:
+        first = await http.post("/v1/pets", json=REX, headers=keyed("order-1"))
+        again = await http.post("/v1/pets", json=REX, headers=keyed("order-1"))
+        other = await http.post("/v1/pets", json=TOM)
+        assert (first.status_code, first.json()) == (201, {"id": 1, **REX})
+        assert "idempotent-replayed" not in first.headers
+        assert (again.status_code, again.content) == (201, first.content)
+        assert again.headers["location"] == first.headers["location"] == "/v1/pets/1"
+        assert again.headers["idempotent-replayed"] == "true"
+        assert other.json()["id"] == 2
+        assert await all_pets(http) == [{"id": 1, **REX}, {"id": 2, **TOM}]
+
+
+@pytest.mark.parametrize(
+    "same_request",
+    [
+        b'{"status": "available", "categoryId": 1, "name": "Rex"}',
+        b'{ "name" : "Rex" ,\n "categoryId" : 1.0 , "status" : "available" }',
+        b'{"name": "Rex", "categoryId": 1e0, "status": "available"}',
+    ],
+)
+async def test_the_request_is_compared_decoded(same_request: bytes) -> None:
+    """Key order, spacing and 1.0 against 1 do not make another request."""
+    async with memory_service() as http:
+        await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        again = await http.post(
+            "/v1/pets",
+            content=same_request,
+            headers={**keyed("k"), "Content-Type": "application/json"},
+        )
+        assert (again.status_code, again.headers["idempotent-replayed"]) == (201, "true")
+        assert len(await all_pets(http)) == 1
+
+
+@pytest.mark.parametrize(
+    "other_request",
+    [
+        {"name": "Rex", "categoryId": 1},  # status omitted is another request
+        {"name": "Rex", "categoryId": 2, "status": "available"},
+        {"name": "Rexx", "categoryId": 1, "status": "available"},
+        {"name": "Rex", "categoryId": 1, "status": "sold"},
+    ],
+)
+async def test_same_key_another_request_is_422(other_request: dict[str, Any]) -> None:
+    """The key used with a different request: 422 idempotency_key_reused, nothing stored."""
+    async with memory_service() as http:
+        await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        response = await http.post("/v1/pets", json=other_request, headers=keyed("k"))
+        assert_error(response, 422, "idempotency_key_reused")
+        assert await all_pets(http) == [{"id": 1, **REX}]
+
+
+async def test_quoted_and_bare_forms_are_the_same_key() -> None:
+    """`"abc"` and `abc` name one key."""
+    async with memory_service() as http:
+        await http.post("/v1/pets", json=REX, headers=keyed('"abc-1"'))
+        again = await http.post("/v1/pets", json=REX, headers=keyed("abc-1"))
+        assert again.headers["idempotent-replayed"] == "true"
+        assert len(await all_pets(http)) == 1
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param("", id="empty"),
+        pytest.param('""', id="empty-quoted"),
+        pytest.param("x" * 256, id="256-chars"),
+        pytest.param("has space", id="space"),
+        pytest.param("tab\there", id="tab"),
+        pytest.param("caf\xe9", id="not-ascii"),
+    ],
+)
+async def test_malformed_key_is_400_and_stores_nothing(key: str) -> None:
+    """Anything but 1 to 255 visible ASCII characters: 400 validation_error."""
+    async with memory_service() as http:
+        response = await http.post(
+            "/v1/pets",
+            content=json.dumps(REX).encode(),
+            headers=[
+                (b"Authorization", AUTHORIZATION),
+                (b"Content-Type", b"application/json"),
+                (b"Idempotency-Key", key.encode("latin-1")),
+            ],
+        )
+        assert "Idempotency-Key" in assert_error(response, 400, "validation_error")
+        assert await all_pets(http) == []
+
+
+async def test_255_characters_and_two_headers() -> None:
+    """255 visible characters are a key; two Idempotency-Key headers are a 400."""
+    async with memory_service() as http:
+        longest = "~" * 255
+        assert (await http.post("/v1/pets", json=REX, headers=keyed(longest))).status_code == 201
+        twice = await http.post(
+            "/v1/pets",
+            json=REX,
+            headers=[
+                ("Authorization", f"Bearer {KEY}"),
+                ("Idempotency-Key", "a"),
+                ("Idempotency-Key", "b"),
+            ],
+        )
+        assert_error(twice, 400, "validation_error")
+        assert len(await all_pets(http)) == 1
+
+
+async def test_without_the_header_nothing_changes() -> None:
+    """Two identical creates without a key make two pets."""
+    async with memory_service() as http:
+        await http.post("/v1/pets", json=REX)
+        second = await http.post("/v1/pets", json=REX)
+        assert "idempotent-replayed" not in second.headers
+        assert [pet["id"] for pet in await all_pets(http)] == [1, 2]
+
+
+async def test_only_a_201_is_remembered() -> None:
+    """A keyed create refused (400) leaves the key free: the next use creates."""
+    async with memory_service() as http:
+        refused = await http.post("/v1/pets", json={"name": ""}, headers=keyed("k"))
+        assert refused.status_code == 400
+        created = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        assert (created.status_code, "idempotent-replayed" in created.headers) == (201, False)
+
+
+async def test_keys_are_shared_by_every_api_key() -> None:
+    """A retry with another API key replays (the service has one tenant)."""
+    async with memory_service() as http:
+        await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        again = await http.post(
+            "/v1/pets", json=REX, headers={**keyed("k"), "Authorization": "Bearer second-key-0123"}
+        )
+        assert again.headers["idempotent-replayed"] == "true"
+
+
+async def test_concurrent_creates_with_one_key_make_one_pet_in_memory() -> None:
+    """16 creates at once with one key and body: one pet, every other answer a replay."""
+    async with memory_service() as http:
+        answers = await asyncio.gather(
+            *(http.post("/v1/pets", json=REX, headers=keyed("once")) for _ in range(16))
+        )
+        assert {(a.status_code, a.content) for a in answers} == {(201, answers[0].content)}
+        assert sum("idempotent-replayed" in a.headers for a in answers) == 15
+        assert len(await all_pets(http)) == 1
+
+
+async def test_reset_forgets_the_keys() -> None:
+    """After POST /_admin/reset a key creates again, with the id after the seed."""
+    async with running(plane_app()) as http:
+        http.headers.update(AUTH)
+        await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        assert (await http.post("/_admin/reset", headers=ADMIN)).status_code == 200
+        again = await http.post("/v1/pets", json=TOM, headers=keyed("k"))
+        assert (again.status_code, again.json(), "idempotent-replayed" in again.headers) == (
+            201,
+            {"id": 1, **TOM},
+            False,
+        )
+
+
+# --------------------------------------------------------------------------- the data file
+
+
+def keyed_line(pet: dict[str, Any], key: str, at: int) -> bytes:
+    record = {"pet": pet, "idempotencyKey": key, "keyedAt": at}
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+async def test_key_and_pet_are_one_line_and_survive_a_restart(tmp_path: Path) -> None:
+    """A keyed create is one line holding the pet, the key and its time; after a restart the
+    retry replays the pet; unkeyed creates stay plain Pet lines."""
+    path = tmp_path / "pets.jsonl"
+    async with serving(FileStore(str(path))) as http:
+        first = await http.post("/v1/pets", json=REX, headers=keyed("k-1"))
+        await http.post("/v1/pets", json=TOM)
+    lines = path.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[0])
+    assert set(record) == {"pet", "idempotencyKey", "keyedAt"}
+    assert (record["pet"], record["idempotencyKey"]) == ({"id": 1, **REX}, "k-1")
+    assert isinstance(record["keyedAt"], int)
+    assert lines[1] == line({"id": 2, **TOM})
+    async with serving(FileStore(str(path))) as http:
+        again = await http.post("/v1/pets", json=REX, headers=keyed("k-1"))
+        reused = await http.post("/v1/pets", json=TOM, headers=keyed("k-1"))
+        assert (again.status_code, again.content) == (201, first.content)
+        assert again.headers["idempotent-replayed"] == "true"
+        assert_error(reused, 422, "idempotency_key_reused")
+        assert [pet["id"] for pet in await all_pets(http)] == [1, 2]
+
+
+async def test_a_file_with_keys_and_without_loads(tmp_path: Path) -> None:
+    """Plain lines (a file from before keys) and keyed lines mix; the keys are known."""
+    path = tmp_path / "pets.jsonl"
+    pet1, pet2 = {"id": 1, **TOM}, {"id": 5, **REX}
+    path.write_bytes(line(pet1) + keyed_line(pet2, "written-by-hand", 1_700_000_000))
+    async with serving(FileStore(str(path))) as http:
+        assert await all_pets(http) == [pet1, pet2]
+        again = await http.post("/v1/pets", json=REX, headers=keyed("written-by-hand"))
+        assert again.json() == pet2
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        pytest.param(b'{"pet":{"id":2,"name":"Tom","categoryId":2},"keyedAt":1}', id="no-key"),
+        pytest.param(
+            b'{"pet":{"id":2,"name":"Tom","categoryId":2},"idempotencyKey":"","keyedAt":1}',
+            id="empty-key",
+        ),
+        pytest.param(
+            b'{"pet":{"id":2,"name":"Tom","categoryId":2},"idempotencyKey":"a b","keyedAt":1}',
+            id="key-with-space",
+        ),
+        pytest.param(
+            b'{"pet":{"id":2,"name":"Tom","categoryId":2},"idempotencyKey":"k"}', id="no-time"
+        ),
+        pytest.param(
+            b'{"pet":{"id":2,"name":"Tom","categoryId":2},"idempotencyKey":"k","keyedAt":1,"x":1}',
+            id="unknown-field",
+        ),
+        pytest.param(b'{"pet":{"id":2,"name":"Tom"},"idempotencyKey":"k","keyedAt":1}', id="pet"),
+        pytest.param(
+            b'{"pet":{"id":2,"name":"Tom","categoryId":2},"idempotencyKey":"first","keyedAt":1}',
+            id="key-twice",
+        ),
+    ],
+)
+def test_a_damaged_keyed_line_is_damage(tmp_path: Path, damaged: bytes) -> None:
+    """A keyed line that is not whole is refused at load, naming line 2; the file untouched."""
+    path = tmp_path / "pets.jsonl"
+    data = keyed_line({"id": 1, **REX}, "first", 1) + damaged + b"\n" + line({"id": 3, **TOM})
+    path.write_bytes(data)
+    with pytest.raises(DataFileError, match=r"line 2: "):
+        FileStore(str(path))
+    assert path.read_bytes() == data
+
+
+async def test_a_torn_keyed_record_is_cut(tmp_path: Path) -> None:
+    """A keyed last line without its newline is a torn record: cut, and the key is free."""
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(line({"id": 1, **TOM}) + keyed_line({"id": 2, **REX}, "k", 1)[:-1])
+    async with serving(FileStore(str(path))) as http:
+        again = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        assert (again.json(), "idempotent-replayed" in again.headers) == ({"id": 2, **REX}, False)
+
+
+async def test_in_flight_key_is_409_then_a_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the first create waits for its fdatasync, the same key gets 409 (nothing stored);
+    once it is durable, a retry is a replay."""
+    path = tmp_path / "pets.jsonl"
+    real_fdatasync = os.fdatasync
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking_fdatasync(fd: int) -> None:
+        entered.set()
+        release.wait(30)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr("datafile.os.fdatasync", blocking_fdatasync)
+    async with serving(FileStore(str(path))) as http:
+        first = asyncio.create_task(http.post("/v1/pets", json=REX, headers=keyed("k")))
+        try:
+            await poll(entered.is_set)
+            conflict = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+            other_request = await http.post("/v1/pets", json=TOM, headers=keyed("k"))
+        finally:
+            release.set()
+        created = await first
+        replay = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+    assert_error(conflict, 409, "idempotency_conflict")
+    assert_error(other_request, 409, "idempotency_conflict")
+    assert created.json() == {"id": 1, **REX}
+    assert (replay.content, replay.headers["idempotent-replayed"]) == (created.content, "true")
+    assert len(path.read_bytes().splitlines()) == 1
+
+
+async def test_concurrent_creates_with_one_key_make_one_pet_in_the_file(tmp_path: Path) -> None:
+    """16 creates at once against the data file: one pet; the rest replays or 409s; no 500."""
+    path = tmp_path / "pets.jsonl"
+    async with serving(FileStore(str(path))) as http:
+        answers = await asyncio.gather(
+            *(http.post("/v1/pets", json=REX, headers=keyed("once")) for _ in range(16))
+        )
+    created = [
+        a for a in answers if a.status_code == 201 and "idempotent-replayed" not in a.headers
+    ]
+    replays = [a for a in answers if a.headers.get("idempotent-replayed") == "true"]
+    conflicts = [a for a in answers if a.status_code == 409]
+    assert len(created) == 1
+    assert len(created) + len(replays) + len(conflicts) == 16
+    assert all(a.content == created[0].content for a in replays)
+    assert len(path.read_bytes().splitlines()) == 1
+
+
+async def test_a_key_whose_write_failed_is_free_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyed create answered 503 (ENOSPC) stored nothing, so the key creates next time."""
+    path = tmp_path / "pets.jsonl"
+
+    def no_space(fd: int, data: bytes, offset: int) -> int:
+        raise os_error(errno.ENOSPC)
+
+    async with serving(FileStore(str(path))) as http:
+        with monkeypatch.context() as patch:
+            patch.setattr("datafile.os.pwrite", no_space)
+            failed = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        again = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+    assert_error(failed, 503, "storage_unavailable")
+    assert (again.status_code, "idempotent-replayed" in again.headers) == (201, False)
+    assert again.json() == {"id": 2, **REX}  # id 1 went to the failed write
+
+
+async def test_a_key_whose_fsync_failed_is_free_after_the_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed fdatasync (503, creates stop until a restart) the key was not kept:
+    after the restart it creates."""
+    path = tmp_path / "pets.jsonl"
+
+    def broken_fdatasync(fd: int) -> None:
+        raise os_error(errno.EIO)
+
+    async with serving(FileStore(str(path))) as http:
+        with monkeypatch.context() as patch:
+            patch.setattr("datafile.os.fdatasync", broken_fdatasync)
+            failed = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+        still_down = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+    assert_error(failed, 503, "storage_unavailable")
+    assert_error(still_down, 503, "storage_unavailable")
+    async with serving(FileStore(str(path))) as http:
+        again = await http.post("/v1/pets", json=REX, headers=keyed("k"))
+    assert (again.status_code, "idempotent-replayed" in again.headers) == (201, False)
+
+
+# --------------------------------------------------------------------------- retention
+
+
+def test_retention_needs_both_the_age_and_the_count() -> None:
+    """A key goes only once it is over 24 h old AND 100,000 newer keyed creates followed."""
+    now = [1_000_000.0]
+    keys = IdempotencyKeys(clock=lambda: now[0])
+    pet = Pet(id=1, name="Rex", categoryId=1)
+    request = NewPet(name="Rex", categoryId=CategoryId(1))
+    keys.remember("oldest", pet)
+    for number in range(RETAIN_KEYS):
+        keys.remember(f"k{number}", pet)
+    assert "oldest" in keys  # 100,000 newer, but young
+    now[0] += RETAIN_SECONDS + 1
+    assert "oldest" in keys  # old enough now, and forgotten at the next keyed create
+    keys.remember("newest", pet)
+    assert "oldest" not in keys
+    assert "k0" not in keys  # old, and "newest" made it 100,000 newer
+    assert "k1" in keys  # old, but 99,999 newer only
+    assert keys.claim("k1", request) == pet
+    assert len(keys) == RETAIN_KEYS
+
+
+def test_a_young_key_is_kept_whatever_the_count() -> None:
+    """Keys younger than 24 h are all kept, however many."""
+    keys = IdempotencyKeys(clock=lambda: 5_000_000.0)
+    pet = Pet(id=1, name="Rex", categoryId=1)
+    for number in range(RETAIN_KEYS + 500):
+        keys.remember(f"k{number}", pet)
+    assert len(keys) == RETAIN_KEYS + 500
+
+
+# --------------------------------------------------------------------------- the real process
+
+
+def test_a_retry_after_a_restart_replays_on_the_real_process(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """python app.py --data: create with a key, stop, start again: the retry replays."""
+    data = tmp_path / "pets.jsonl"
+    server = start_server("--data", str(data))
+    with server.client() as http:
+        first = http.post("/v1/pets", json=REX, headers=keyed("retry-me"))
+    assert server.stop() in (0, -15)
+    server = start_server("--data", str(data))
+    with server.client() as http:
+        again = http.post("/v1/pets", json=REX, headers=keyed("retry-me"))
+        listed = http.get("/v1/pets").json()
+    assert (again.status_code, again.content, again.headers["idempotent-replayed"]) == (
+        201,
+        first.content,
+        "true",
+    )
+    assert listed == [first.json()]
