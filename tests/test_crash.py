@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -203,22 +203,27 @@ STATUSES: list[dict[str, str]] = [
 
 @dataclass
 class Outcome:
-    """What one client thread saw: the pets acknowledged, anything else answered."""
+    """What one client thread saw: the pets acknowledged, anything else answered, and every
+    body it sent (answered or not)."""
 
     acknowledged: list[dict[str, Any]]
     unexpected: list[tuple[int, str]]
+    sent: list[dict[str, Any]] = field(default_factory=list)
 
 
 def create_until_refused(
-    base_url: str, label: str, start: threading.Barrier, outcome: Outcome
+    base_url: str, label: str, start: threading.Barrier, outcome: Outcome, keyed: bool = False
 ) -> None:
-    """Create pets one after another until the server is gone; record every 201's body."""
+    """Create pets one after another until the server is gone; record every 201's body. Keyed:
+    each create carries an Idempotency-Key, the pet's (unique) name."""
     with httpx.Client(base_url=base_url, headers=AUTH, timeout=10) as http:
         start.wait()
         for number in itertools.count():
             body = {"name": f"{label}-{number}", "categoryId": number, **STATUSES[number % 4]}
+            headers = {"Idempotency-Key": str(body["name"])} if keyed else {}
+            outcome.sent.append(body)
             try:
-                response = http.post("/v1/pets", json=body)
+                response = http.post("/v1/pets", json=body, headers=headers)
             except httpx.TransportError:  # the process was killed
                 return
             if response.status_code == 201 and response.json() == {
@@ -299,3 +304,54 @@ def test_sigkill_loses_no_acknowledged_pet(tmp_path: Path, start_server: ServerF
     assert server.stop() in (0, -15)
     assert unexpected == []
     assert all(count > 0 for count in acknowledged_per_round), acknowledged_per_round
+
+
+def test_retries_with_keys_after_sigkill_replay_and_make_no_duplicate(
+    tmp_path: Path, start_server: ServerFactory
+) -> None:
+    """8 clients create with Idempotency-Keys; SIGKILL; after the restart each retries every
+    create it sent: an acknowledged one replays its 201 exactly; one that got no answer
+    replays if it reached the disk, else is created now. In the end every key made exactly one
+    pet and every acknowledged pet is there, the same."""
+    rng = random.Random(20301205)  # noqa: S311 - a reproducible kill moment, no secret
+    path = tmp_path / "pets.jsonl"
+    server = start_server("--data", str(path))
+    for round_number in range(2):
+        outcomes = [Outcome([], []) for _ in range(CLIENTS)]
+        start = threading.Barrier(CLIENTS + 1)
+        threads = [
+            threading.Thread(
+                target=create_until_refused,
+                args=(server.base_url, f"k{round_number}c{client}", start, outcomes[client], True),
+            )
+            for client in range(CLIENTS)
+        ]
+        for thread in threads:
+            thread.start()
+        start.wait()
+        # The wait is the point here: SIGKILL lands at a random moment of the creates.
+        time.sleep(rng.uniform(0.05, 0.4))
+        server.process.kill()
+        server.process.wait(15)
+        for thread in threads:
+            thread.join(15)
+        server = start_server("--data", str(path))
+        acknowledged = {pet["name"]: pet for o in outcomes for pet in o.acknowledged}
+        with server.client() as http:
+            for body in (body for outcome in outcomes for body in outcome.sent):
+                retry = http.post("/v1/pets", json=body, headers={"Idempotency-Key": body["name"]})
+                assert retry.status_code == 201, retry.text
+                if body["name"] in acknowledged:
+                    assert retry.json() == acknowledged[body["name"]]
+                    assert retry.headers["idempotent-replayed"] == "true"
+                assert retry.json() == {"id": retry.json()["id"], **body}
+        assert [o.unexpected for o in outcomes] == [[]] * CLIENTS
+        stored = all_pets(server)
+        names = [pet["name"] for pet in stored]
+        assert len(names) == len(set(names)), "a key made two pets"
+        sent = {body["name"] for outcome in outcomes for body in outcome.sent}
+        assert sent <= set(names)
+        by_name = {pet["name"]: pet for pet in stored}
+        assert all(by_name[name] == pet for name, pet in acknowledged.items())
+    assert server.stop() in (0, -15)
+    assert "Traceback" not in server.stderr
