@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import itertools
+import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from schemas import NewPet, Pet
@@ -35,12 +37,17 @@ def same_request(new_pet: NewPet, pet: Pet) -> bool:
 
 
 class IdempotencyKeys:
-    """The remembered keys, oldest first, each with its pet and the time it was made, and the
-    keys whose first create is in flight. Not thread-safe: the caller holds its store's lock."""
+    """The remembered keys with their pets, oldest first, and the keys whose first create is in
+    flight. When each key was made is kept by the second and run-length encoded (keys made in
+    the same second share one [second, count] run), so a million keys loaded from a file made
+    over a few hours take a few runs, not a million integers. Not thread-safe: the caller holds
+    its store's lock."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self._pets: collections.OrderedDict[str, tuple[Pet, int]] = collections.OrderedDict()
+        self._pets: dict[str, Pet] = {}
+        self._order: collections.deque[str] = collections.deque()  # oldest first
+        self._seconds: collections.deque[list[int]] = collections.deque()  # [second, keys]
         self._in_flight: set[str] = set()
 
     def __len__(self) -> int:
@@ -53,10 +60,10 @@ class IdempotencyKeys:
         """The pet to replay for this key and request, or None when the key is new: then it is
         in flight until `remember` or `release`. Raises IdempotencyConflict while it is in
         flight, IdempotencyKeyReused when it was used for another request."""
-        if (remembered := self._pets.get(key)) is not None:
-            if not same_request(new_pet, remembered[0]):
+        if (pet := self._pets.get(key)) is not None:
+            if not same_request(new_pet, pet):
                 raise IdempotencyKeyReused(key)
-            return remembered[0]
+            return pet
         if key in self._in_flight:
             raise IdempotencyConflict(key)
         self._in_flight.add(key)
@@ -66,22 +73,58 @@ class IdempotencyKeys:
         """The key's create failed: it is free to be used again."""
         self._in_flight.discard(key)
 
-    def remember(self, key: str, pet: Pet, made_at: int | None = None) -> None:
-        """The key's create succeeded (or was loaded, with the time it was made, in seconds)."""
+    def remember(self, key: str, pet: Pet, made_at: int | None = None) -> bool:
+        """The key's create succeeded (or was loaded, with the second it was made); False if
+        the key was remembered already (then nothing changes: at load, that is damage)."""
         self._in_flight.discard(key)
-        self._pets[key] = (pet, int(self.clock()) if made_at is None else made_at)
-        self._forget_old()
+        if self._pets.setdefault(key, pet) is not pet:
+            return False  # (never at run time: `claim` came first)
+        now = self.clock()
+        second = int(now) if made_at is None else made_at
+        self._order.append(key)
+        if self._seconds and self._seconds[-1][0] == second:
+            self._seconds[-1][1] += 1
+        else:
+            self._seconds.append([second, 1])
+        if len(self._pets) > RETAIN_KEYS and self._seconds[0][0] < now - RETAIN_SECONDS:
+            self._forget_old(now - RETAIN_SECONDS)
+        return True
 
-    def _forget_old(self) -> None:
-        if len(self._pets) <= RETAIN_KEYS:
-            return
-        too_old = self.clock() - RETAIN_SECONDS
-        while len(self._pets) > RETAIN_KEYS:
-            key, (_, made_at) = next(iter(self._pets.items()))
-            if made_at >= too_old:
-                return
-            del self._pets[key]
+    def load(self, keyed: Sequence[tuple[str, Pet, int]]) -> int | None:
+        """Remember the keys read from a data file (key, pet, second made), in the file's order,
+        into the empty set of keys, all at once (a million of them in C, mostly); the position
+        of the first key given twice (damage: the load fails), else None."""
+        if self._pets:
+            raise RuntimeError("load() fills an empty set of keys")
+        keys = list(map(operator.itemgetter(0), keyed))
+        before = 0
+        self._pets.update(zip(keys, map(operator.itemgetter(1), keyed), strict=True))
+        if len(self._pets) != before + len(keys):  # a key given twice: find it (the load fails)
+            seen: set[str] = set()
+            for position, key in enumerate(keys):
+                if key in seen:
+                    return position
+                seen.add(key)
+        self._order.extend(keys)
+        for second, same in itertools.groupby(map(operator.itemgetter(2), keyed)):
+            count = len(list(same))
+            if self._seconds and self._seconds[-1][0] == second:
+                self._seconds[-1][1] += count
+            else:
+                self._seconds.append([second, count])
+        self._forget_old(self.clock() - RETAIN_SECONDS)
+        return None
+
+    def _forget_old(self, too_old: float) -> None:
+        while len(self._pets) > RETAIN_KEYS and self._seconds[0][0] < too_old:
+            del self._pets[self._order.popleft()]
+            oldest = self._seconds[0]
+            oldest[1] -= 1
+            if not oldest[1]:
+                self._seconds.popleft()
 
     def clear(self) -> None:
         self._pets.clear()
+        self._order.clear()
+        self._seconds.clear()
         self._in_flight.clear()

@@ -100,6 +100,15 @@ class PetIndex:
         if isinstance(pet.status, PetStatus):
             self._pets_by_status[pet.status].append(pet)
 
+    def extend(self, pets: Sequence[Pet]) -> None:
+        """Append pets whose ids strictly increase (the caller checked them), all at once: a
+        data file of a million pets loads in a few list operations, not a million appends."""
+        if pets and pets[0].id <= self.last_id:
+            raise ValueError(f"id {pets[0].id} is not above the last id {self.last_id}")
+        self._pets.extend(pets)
+        for status, pets_of_status in self._pets_by_status.items():
+            pets_of_status.extend([pet for pet in pets if pet.status is status])
+
     def get(self, pet_id: int) -> Pet | None:
         pets = self._pets
         # Ids are 1, 2, 3... unless failed writes left gaps: look where that puts it first.
