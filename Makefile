@@ -34,6 +34,7 @@ image-test:
 bench: install
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/durability.py
+	$(BIN)/python bench/idempotent_creates.py
 
 # Refresh both locks from pyproject.toml (needs uv: `pip install uv`).
 lock:

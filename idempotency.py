@@ -56,13 +56,17 @@ class IdempotencyKeys:
     def __contains__(self, key: str) -> bool:
         return key in self._pets
 
+    def replay(self, key: str, new_pet: NewPet) -> Pet | None:
+        """The pet to replay for this key and request, or None when the key is not remembered;
+        IdempotencyKeyReused when it was used for another request."""
+        if (pet := self._pets.get(key)) is not None and not same_request(new_pet, pet):
+            raise IdempotencyKeyReused(key)
+        return pet
+
     def claim(self, key: str, new_pet: NewPet) -> Pet | None:
-        """The pet to replay for this key and request, or None when the key is new: then it is
-        in flight until `remember` or `release`. Raises IdempotencyConflict while it is in
-        flight, IdempotencyKeyReused when it was used for another request."""
-        if (pet := self._pets.get(key)) is not None:
-            if not same_request(new_pet, pet):
-                raise IdempotencyKeyReused(key)
+        """`replay`, and when the key is new, mark it in flight until `remember` or `release`
+        (for a store whose create awaits); IdempotencyConflict while it is in flight."""
+        if (pet := self.replay(key, new_pet)) is not None:
             return pet
         if key in self._in_flight:
             raise IdempotencyConflict(key)

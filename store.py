@@ -194,7 +194,10 @@ class MemoryStore(IndexedReads):
 
     async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         with self._lock:
-            if idempotency_key is not None and (made := self._keys.claim(idempotency_key, new_pet)):
+            # Nothing is ever in flight here: the create is done at once, under the lock.
+            if idempotency_key is not None and (
+                made := self._keys.replay(idempotency_key, new_pet)
+            ):
                 return Added(made, replayed=True)
             pet = Pet(
                 id=self._index.last_id + 1,

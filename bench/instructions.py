@@ -138,14 +138,7 @@ def main(argv: Sequence[str]) -> int:
     print_table(
         f"Instructions per request (callgrind, wrk -c{CONNECTIONS}, {flags.duration} s counted); "
         "ratio = ceiling / service, as bench/run.py's service / ceiling in req/s",
-        [
-            "scenario",
-            "service, log on",
-            "ceiling",
-            "service, log off",
-            "ratio log on",
-            "ratio log off",
-        ],
+        ["scenario", *ROUND_ORDER, "ratio log on", "ratio log off"],
         rows,
     )
     return 0
