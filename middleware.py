@@ -197,18 +197,8 @@ class Credentials:
             path not in self.public_paths
         )
 
-    def refusal(self, scope: Scope) -> JSONResponse | None:
-        """The 401 for a request without an accepted key; None when its key is accepted."""
-        authorization = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value
-                break
-        scheme, _, token = authorization.partition(b" ")
-        token = token.strip(b" \t")
-        is_bearer = scheme.lower() == b"bearer" and bool(token)
-        if is_bearer and self.accepts(token):
-            return None
+    def refusal(self, scope: Scope, is_bearer: bool) -> JSONResponse:
+        """The 401 for a request whose key is not accepted (`is_bearer`: a token was sent)."""
         refusal = self.refusals[is_bearer]
         response = JSONResponse(bytes(refusal.body), 401)
         response.raw_headers = [*refusal.raw_headers, *self.headers_for(scope)]
@@ -229,8 +219,17 @@ class BearerAuth:
             path = route_path(scope)
             for credentials in self.credentials:
                 if credentials.guards(path):
-                    if (response := credentials.refusal(scope)) is not None:
-                        await response(scope, receive, send)
+                    # Inline, not a method of Credentials: this runs for every request.
+                    authorization = b""
+                    for name, value in scope["headers"]:
+                        if name == b"authorization":
+                            authorization = value
+                            break
+                    scheme, _, token = authorization.partition(b" ")
+                    token = token.strip(b" \t")
+                    is_bearer = scheme.lower() == b"bearer" and bool(token)
+                    if not (is_bearer and credentials.accepts(token)):
+                        await credentials.refusal(scope, is_bearer)(scope, receive, send)
                         return
                     break
         await self.app(scope, receive, send)
