@@ -235,6 +235,32 @@ def create_until_refused(
                 outcome.unexpected.append((response.status_code, response.text))
 
 
+def kill_while_creating(
+    server: Server, label: str, after: float, keyed: bool = False
+) -> list[Outcome]:
+    """CLIENTS threads create until refused; SIGKILL lands `after` seconds into the creates;
+    what each client saw."""
+    outcomes = [Outcome([], []) for _ in range(CLIENTS)]
+    start = threading.Barrier(CLIENTS + 1)
+    threads = [
+        threading.Thread(
+            target=create_until_refused,
+            args=(server.base_url, f"{label}c{client}", start, outcomes[client], keyed),
+        )
+        for client in range(CLIENTS)
+    ]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    time.sleep(after)  # the wait is the point: SIGKILL lands at a random moment of the creates
+    server.process.kill()
+    server.process.wait(15)
+    for thread in threads:
+        thread.join(15)
+    assert not any(thread.is_alive() for thread in threads)
+    return outcomes
+
+
 def all_pets(server: Server) -> list[dict[str, Any]]:
     """Every stored pet, page by page."""
     pets: list[dict[str, Any]] = []
@@ -261,25 +287,7 @@ def test_sigkill_loses_no_acknowledged_pet(tmp_path: Path, start_server: ServerF
     acknowledged_per_round: list[int] = []
     server = start_server("--data", str(path))
     for round_number in range(ROUNDS):
-        outcomes = [Outcome([], []) for _ in range(CLIENTS)]
-        start = threading.Barrier(CLIENTS + 1)
-        threads = [
-            threading.Thread(
-                target=create_until_refused,
-                args=(server.base_url, f"r{round_number}c{client}", start, outcomes[client]),
-            )
-            for client in range(CLIENTS)
-        ]
-        for thread in threads:
-            thread.start()
-        start.wait()
-        # The wait is the point here: SIGKILL lands at a random moment of the creates.
-        time.sleep(rng.uniform(0.05, 0.4))
-        server.process.kill()
-        server.process.wait(15)
-        for thread in threads:
-            thread.join(15)
-        assert not any(thread.is_alive() for thread in threads)
+        outcomes = kill_while_creating(server, f"r{round_number}", rng.uniform(0.05, 0.4))
         this_round = [pet for outcome in outcomes for pet in outcome.acknowledged]
         unexpected += [answer for outcome in outcomes for answer in outcome.unexpected]
         acknowledged_per_round.append(len(this_round))
@@ -317,24 +325,7 @@ def test_retries_with_keys_after_sigkill_replay_and_make_no_duplicate(
     path = tmp_path / "pets.jsonl"
     server = start_server("--data", str(path))
     for round_number in range(2):
-        outcomes = [Outcome([], []) for _ in range(CLIENTS)]
-        start = threading.Barrier(CLIENTS + 1)
-        threads = [
-            threading.Thread(
-                target=create_until_refused,
-                args=(server.base_url, f"k{round_number}c{client}", start, outcomes[client], True),
-            )
-            for client in range(CLIENTS)
-        ]
-        for thread in threads:
-            thread.start()
-        start.wait()
-        # The wait is the point here: SIGKILL lands at a random moment of the creates.
-        time.sleep(rng.uniform(0.05, 0.4))
-        server.process.kill()
-        server.process.wait(15)
-        for thread in threads:
-            thread.join(15)
+        outcomes = kill_while_creating(server, f"k{round_number}", rng.uniform(0.05, 0.4), True)
         server = start_server("--data", str(path))
         acknowledged = {pet["name"]: pet for o in outcomes for pet in o.acknowledged}
         with server.client() as http:
