@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from journal import Journal, copying
+from metrics import RequestCounts
 from routing import (
     REQUEST_ID,
     STATUS,
@@ -67,13 +68,21 @@ class AccessLog:
     more (bench/instructions.py); stdlib logging costs tens of microseconds. Being the layer
     that sees how each request ended, it also answers the last-resort 500 when one failed
     before any response, and, with the test-control plane on, notes the request in the
-    journal: a layer of its own cost a request a clock and an await more.
+    journal: a layer of its own cost a request a clock and an await more. With metrics on,
+    it counts each request too (metrics.RequestCounts: a few dict operations).
     """
 
-    def __init__(self, app: ASGIApp, stream: TextIO | None, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        stream: TextIO | None,
+        journal: Journal | None = None,
+        counts: RequestCounts | None = None,
+    ) -> None:
         self.app = app
         self.stream = stream
         self.journal = journal
+        self.counts = counts
         self.entries: list[tuple[tuple[str, int] | None, str, str, int, int, bytes]] = []
         self.id_prefix = secrets.token_hex(4).encode() + b"-"
         self.id_counter = itertools.count(1)
@@ -107,21 +116,24 @@ class AccessLog:
                 raise
             await internal_error(scope)(scope, receive, send)
         finally:
-            if journal is not None:
+            counts, stream = self.counts, self.stream
+            if journal is not None or counts is not None or stream:
                 elapsed = time.perf_counter_ns() - started
-                journal.record(scope, started, elapsed, None if body is None else bytes(body))
-            if self.stream:
-                elapsed = time.perf_counter_ns() - started
-                self.entries.append(
-                    (
-                        scope.get("client"),
-                        scope["method"],
-                        scope["path"],
-                        scope.get(STATUS, 500),
-                        elapsed,
-                        request_id,
+                if journal is not None:
+                    journal.record(scope, started, elapsed, None if body is None else bytes(body))
+                if counts is not None:
+                    counts.count(scope, scope.get(STATUS, 500), elapsed)
+                if stream:
+                    self.entries.append(
+                        (
+                            scope.get("client"),
+                            scope["method"],
+                            scope["path"],
+                            scope.get(STATUS, 500),
+                            elapsed,
+                            request_id,
+                        )
                     )
-                )
 
     def flush(self) -> None:
         """Write out the lines of the requests that ended since the last flush."""
