@@ -266,7 +266,10 @@ def create_app(
     if settings.metrics:
         counts = RequestCounts(router.template)
         metrics = Metrics(counts, store, store if isinstance(store, FileStore) else None)
-    app = log = AccessLog(app, access_log, plane.journal if plane else None, counts)
+    journal = plane.journal if plane else None
+    json_lines = settings.log_format == "json"
+    keys = (*settings.api_keys, *settings.admin_keys)
+    app = log = AccessLog(app, access_log, journal, counts, json_lines=json_lines, keys=keys)
     if settings.root_path:
         app = RootPath(app, settings.root_path)
     return Petstore(app, router, health, log, plane)
@@ -328,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     try:
         settings = load_settings(argv, os.environ)
-        configure_logging(settings.log_level)
+        configure_logging(settings)
         settings = with_key(settings, sys.stdout)
         app = build(settings)
     except SettingsError as error:
@@ -345,7 +348,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(name)
     try:
         settings = load_settings([], os.environ)
-        configure_logging(settings.log_level)
+        # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
+        configure_logging(settings, uvicorn_too=settings.log_format == "json")
         settings = with_key(settings, sys.stdout)
         if multiprocessing.parent_process() is not None and settings.data is None:
             raise SettingsError(

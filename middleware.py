@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TextIO
 
+import msgspec
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from journal import Journal, copying
+from journal import Journal, copying, rfc3339
 from metrics import RequestCounts
 from routing import (
     REQUEST_ID,
@@ -54,6 +55,24 @@ class RootPath:
         await self.app(scope, receive, send)
 
 
+class AccessLine(msgspec.Struct):
+    """An access-log line under --log-format json (the fields in this order)."""
+
+    time: str  # when the request arrived, RFC 3339 UTC
+    client: str | None
+    method: str
+    path: str
+    status: int
+    durationUs: int  # camelCase: the contract's names
+    requestId: str
+
+
+_access_line_encoder: Final = msgspec.json.Encoder()
+# A request as the access log notes it: client, method, path, status, duration (ns), request
+# id, and when it arrived (time.perf_counter_ns).
+_Entry = tuple[tuple[str, int] | None, str, str, int, int, bytes, int]
+
+
 class AccessLog:
     """One line per request (client, method, path, status, duration in microseconds, request
     id), never a header; no lines at all when `stream` is None (log level warning and above).
@@ -69,21 +88,28 @@ class AccessLog:
     that sees how each request ended, it also answers the last-resort 500 when one failed
     before any response, and, with the test-control plane on, notes the request in the
     journal: a layer of its own cost a request a clock and an await more. With metrics on,
-    it counts each request too (metrics.RequestCounts: a few dict operations).
+    it counts each request too (metrics.RequestCounts: a few dict operations). `json_lines`:
+    each line one JSON object (AccessLine) instead of text. `keys` (the configured ones)
+    never reach the log: one a client sends in a path or a request id is `[redacted]`.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - each argument past the stream is one optional feature
         self,
         app: ASGIApp,
         stream: TextIO | None,
         journal: Journal | None = None,
         counts: RequestCounts | None = None,
+        *,
+        json_lines: bool = False,
+        keys: Sequence[str] = (),
     ) -> None:
         self.app = app
         self.stream = stream
         self.journal = journal
         self.counts = counts
-        self.entries: list[tuple[tuple[str, int] | None, str, str, int, int, bytes]] = []
+        self.json_lines = json_lines
+        self.keys = tuple(keys)
+        self.entries: list[_Entry] = []
         self.id_prefix = secrets.token_hex(4).encode() + b"-"
         self.id_counter = itertools.count(1)
 
@@ -132,6 +158,7 @@ class AccessLog:
                             scope.get(STATUS, 500),
                             elapsed,
                             request_id,
+                            started,
                         )
                     )
 
@@ -140,17 +167,41 @@ class AccessLog:
         if self.stream is None:
             return
         entries, self.entries = self.entries, []
-        lines = [
-            f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us '
-            f"{request_id.decode('latin-1')}\n"
-            for client, method, path, status, elapsed, request_id in entries
-        ]
+        text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
+        for key in self.keys:  # one a client put in a path or a request id
+            if key in text:  # one scan of the batch a key: off the requests' path
+                text = text.replace(key, "[redacted]")
         try:
-            self.stream.write("".join(lines))
+            self.stream.write(text)
             self.stream.flush()
         except (OSError, ValueError) as error:  # stdout closed, or its reader gone
             logger.error("access log stopped: cannot write it: %s", error)
             self.stream = None  # keep serving; and stop collecting lines nobody can read
+
+    @staticmethod
+    def _text_lines(entries: list[_Entry]) -> str:
+        return "".join(
+            f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us '
+            f"{request_id.decode('latin-1')}\n"
+            for client, method, path, status, elapsed, request_id, _ in entries
+        )
+
+    @staticmethod
+    def _json_lines(entries: list[_Entry]) -> str:
+        wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
+        lines = [
+            AccessLine(
+                rfc3339(started + wall_minus_monotonic_ns),
+                client[0] if client else None,
+                method,
+                path,
+                status,
+                elapsed // 1000,
+                request_id.decode("latin-1"),
+            )
+            for client, method, path, status, elapsed, request_id, started in entries
+        ]
+        return _access_line_encoder.encode_lines(lines).decode()
 
 
 @dataclass(frozen=True)
