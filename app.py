@@ -24,6 +24,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
+from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import AccessLog, Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
 from parsing import (
@@ -36,6 +37,7 @@ from parsing import (
     require_json,
 )
 from routing import (
+    BytesResponse,
     Endpoint,
     IndexedRouter,
     JSONResponse,
@@ -154,6 +156,7 @@ class PetRoutes:
 # --------------------------------------------------------------------------- the app
 
 OPENAPI_PATH: Final = "/v1/openapi.json"
+METRICS_PATH: Final = "/metrics"
 API_AREA: Final = Area("/v1", BEARER_REALM, "API key", frozenset({OPENAPI_PATH}))
 ADMIN_AREA: Final = Area(ADMIN_PREFIX, ADMIN_REALM, "admin key", frozenset({ADMIN_OPENAPI_PATH}))
 
@@ -187,7 +190,8 @@ def create_app(
     chance: Callable[[], float] = random.random,
 ) -> Petstore:
     """Routes, then (outermost last) auth, CORS, the access log (request ids, the last-resort
-    500, the journal), root path. With an admin key only: the test-control plane's routes, its
+    500, the journal, the metrics' counts), root path. With metrics on: GET /metrics. With an
+    admin key only: the test-control plane's routes, its
     journal, admin keys beside the API keys, and faults at the three operations' endpoints;
     `chance` is the fault rules' random draw."""
     if not settings.api_keys:
@@ -214,6 +218,10 @@ def create_app(
                 flusher.cancel()
             await store.close()
             log.flush()
+
+    async def scrape(scope: Scope, receive: Receive) -> Response:
+        # `metrics` is made below, once the router it asks for templates exists.
+        return BytesResponse(metrics.exposition(), CONTENT_TYPE_LATEST)
 
     plane = None
     if settings.admin_keys:
@@ -243,6 +251,7 @@ def create_app(
         Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),
         Route("/healthz", Endpoint({"GET": handlers.healthz})),
         Route("/readyz", Endpoint({"GET": handlers.readyz})),
+        *([Route(METRICS_PATH, Endpoint({"GET": scrape}))] if settings.metrics else ()),
         *Docs(OPENAPI_PATH).routes(),
         *(plane.routes() if plane else ()),
     ]
@@ -253,7 +262,14 @@ def create_app(
     app: ASGIApp = BearerAuth(router, credentials)
     if settings.cors_origins:
         app = Cors(app, settings.cors_origins)
-    app = log = AccessLog(app, access_log, plane.journal if plane else None)
+    counts = None
+    if settings.metrics:
+        counts = RequestCounts(router.template)
+        metrics = Metrics(counts, store, store if isinstance(store, FileStore) else None)
+    journal = plane.journal if plane else None
+    json_lines = settings.log_format == "json"
+    keys = (*settings.api_keys, *settings.admin_keys)
+    app = log = AccessLog(app, access_log, journal, counts, json_lines=json_lines, keys=keys)
     if settings.root_path:
         app = RootPath(app, settings.root_path)
     return Petstore(app, router, health, log, plane)
@@ -315,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     try:
         settings = load_settings(argv, os.environ)
-        configure_logging(settings.log_level)
+        configure_logging(settings)
         settings = with_key(settings, sys.stdout)
         app = build(settings)
     except SettingsError as error:
@@ -332,7 +348,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(name)
     try:
         settings = load_settings([], os.environ)
-        configure_logging(settings.log_level)
+        # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
+        configure_logging(settings, uvicorn_too=settings.log_format == "json")
         settings = with_key(settings, sys.stdout)
         if multiprocessing.parent_process() is not None and settings.data is None:
             raise SettingsError(

@@ -19,6 +19,7 @@ from typing import Annotated, Final
 import msgspec
 
 from idempotency import IdempotencyKeys
+from metrics import Histogram
 from schemas import IDEMPOTENCY_KEY_PATTERN, NewPet, Pet, SeedPet, encoder, pet_decoder
 from store import Added, IndexedReads, PetIndex, ResetUnavailable, StorageUnavailable, seed_pets
 
@@ -200,6 +201,9 @@ class FileStore(IndexedReads):
         self._closing = False
         self._failure: str | None = None
         self._writer: threading.Thread | None = None
+        # For the metrics, read as they are at scrape time; only the writer thread writes them.
+        self.sync_durations = Histogram()
+        self.write_errors = 0
         self._fd = self._open_locked(path)
         try:
             self._size = self._load()
@@ -347,12 +351,14 @@ class FileStore(IndexedReads):
         try:
             _write_all(self._fd, data, self._size)
         except OSError as error:
+            self.write_errors += 1
             self._cut_back()
             logger.error("%s: write failed: %s", self.path, error)
             return f"The data file can't be written: {error.strerror}"
         try:
-            os.fdatasync(self._fd)  # an append's new size is flushed with the data
+            self._fdatasync()  # an append's new size is flushed with the data
         except OSError as error:
+            self.write_errors += 1
             # After a failed fsync the kernel may have dropped the dirty pages and cleared the
             # error: nothing written since can be trusted, so creates stop until a restart.
             self._fail(f"fsync failed: {error.strerror}; creates stop until a restart")
@@ -360,6 +366,14 @@ class FileStore(IndexedReads):
             return f"The data file can't be made durable: {error.strerror}"
         self._size += len(data)
         return None
+
+    def _fdatasync(self) -> None:
+        """fdatasync, timed for the metrics (a failed one too: a slow failure is news)."""
+        started = time.perf_counter()
+        try:
+            os.fdatasync(self._fd)
+        finally:
+            self.sync_durations.observe(time.perf_counter() - started)
 
     def _cut_back(self) -> None:
         try:

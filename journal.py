@@ -121,7 +121,7 @@ class Journal:
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         entry = JournalEntry(
             seq=recorded.seq,
-            time=_rfc3339(recorded.started_ns + self.wall_minus_monotonic_ns),
+            time=rfc3339(recorded.started_ns + self.wall_minus_monotonic_ns),
             method=recorded.method,
             path=self._redact(recorded.path),
             query=self._redact(scope["query_string"].decode("latin-1")),
@@ -138,7 +138,8 @@ class Journal:
         return entry
 
 
-def _rfc3339(time_ns: int) -> str:
+def rfc3339(time_ns: int) -> str:
+    """A wall-clock time (ns since the epoch) as RFC 3339 in UTC, to the microsecond."""
     moment = datetime.datetime.fromtimestamp(time_ns / 1e9, tz=datetime.UTC)
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 

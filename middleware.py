@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TextIO
 
+import msgspec
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from journal import Journal, copying
+from journal import Journal, copying, rfc3339
+from metrics import RequestCounts
 from routing import (
     REQUEST_ID,
     STATUS,
@@ -53,6 +55,24 @@ class RootPath:
         await self.app(scope, receive, send)
 
 
+class AccessLine(msgspec.Struct):
+    """An access-log line under --log-format json (the fields in this order)."""
+
+    time: str  # when the request arrived, RFC 3339 UTC
+    client: str | None
+    method: str
+    path: str
+    status: int
+    durationUs: int  # camelCase: the contract's names
+    requestId: str
+
+
+_access_line_encoder: Final = msgspec.json.Encoder()
+# A request as the access log notes it: client, method, path, status, duration (ns), request
+# id, and when it arrived (time.perf_counter_ns).
+_Entry = tuple[tuple[str, int] | None, str, str, int, int, bytes, int]
+
+
 class AccessLog:
     """One line per request (client, method, path, status, duration in microseconds, request
     id), never a header; no lines at all when `stream` is None (log level warning and above).
@@ -67,14 +87,29 @@ class AccessLog:
     more (bench/instructions.py); stdlib logging costs tens of microseconds. Being the layer
     that sees how each request ended, it also answers the last-resort 500 when one failed
     before any response, and, with the test-control plane on, notes the request in the
-    journal: a layer of its own cost a request a clock and an await more.
+    journal: a layer of its own cost a request a clock and an await more. With metrics on,
+    it counts each request too (metrics.RequestCounts: a few dict operations). `json_lines`:
+    each line one JSON object (AccessLine) instead of text. `keys` (the configured ones)
+    never reach the log: one a client sends in a path or a request id is `[redacted]`.
     """
 
-    def __init__(self, app: ASGIApp, stream: TextIO | None, journal: Journal | None = None) -> None:
+    def __init__(  # noqa: PLR0913 - each argument past the stream is one optional feature
+        self,
+        app: ASGIApp,
+        stream: TextIO | None,
+        journal: Journal | None = None,
+        counts: RequestCounts | None = None,
+        *,
+        json_lines: bool = False,
+        keys: Sequence[str] = (),
+    ) -> None:
         self.app = app
         self.stream = stream
         self.journal = journal
-        self.entries: list[tuple[tuple[str, int] | None, str, str, int, int, bytes]] = []
+        self.counts = counts
+        self.json_lines = json_lines
+        self.keys = tuple(keys)
+        self.entries: list[_Entry] = []
         self.id_prefix = secrets.token_hex(4).encode() + b"-"
         self.id_counter = itertools.count(1)
 
@@ -107,38 +142,66 @@ class AccessLog:
                 raise
             await internal_error(scope)(scope, receive, send)
         finally:
-            if journal is not None:
+            counts, stream = self.counts, self.stream
+            if journal is not None or counts is not None or stream:
                 elapsed = time.perf_counter_ns() - started
-                journal.record(scope, started, elapsed, None if body is None else bytes(body))
-            if self.stream:
-                elapsed = time.perf_counter_ns() - started
-                self.entries.append(
-                    (
-                        scope.get("client"),
-                        scope["method"],
-                        scope["path"],
-                        scope.get(STATUS, 500),
-                        elapsed,
-                        request_id,
+                if journal is not None:
+                    journal.record(scope, started, elapsed, None if body is None else bytes(body))
+                if counts is not None:
+                    counts.count(scope, scope.get(STATUS, 500), elapsed)
+                if stream:
+                    self.entries.append(
+                        (
+                            scope.get("client"),
+                            scope["method"],
+                            scope["path"],
+                            scope.get(STATUS, 500),
+                            elapsed,
+                            request_id,
+                            started,
+                        )
                     )
-                )
 
     def flush(self) -> None:
         """Write out the lines of the requests that ended since the last flush."""
         if self.stream is None:
             return
         entries, self.entries = self.entries, []
-        lines = [
-            f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us '
-            f"{request_id.decode('latin-1')}\n"
-            for client, method, path, status, elapsed, request_id in entries
-        ]
+        text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
+        for key in self.keys:  # one a client put in a path or a request id
+            if key in text:  # one scan of the batch a key: off the requests' path
+                text = text.replace(key, "[redacted]")
         try:
-            self.stream.write("".join(lines))
+            self.stream.write(text)
             self.stream.flush()
         except (OSError, ValueError) as error:  # stdout closed, or its reader gone
             logger.error("access log stopped: cannot write it: %s", error)
             self.stream = None  # keep serving; and stop collecting lines nobody can read
+
+    @staticmethod
+    def _text_lines(entries: list[_Entry]) -> str:
+        return "".join(
+            f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us '
+            f"{request_id.decode('latin-1')}\n"
+            for client, method, path, status, elapsed, request_id, _ in entries
+        )
+
+    @staticmethod
+    def _json_lines(entries: list[_Entry]) -> str:
+        wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
+        lines = [
+            AccessLine(
+                rfc3339(started + wall_minus_monotonic_ns),
+                client[0] if client else None,
+                method,
+                path,
+                status,
+                elapsed // 1000,
+                request_id.decode("latin-1"),
+            )
+            for client, method, path, status, elapsed, request_id, started in entries
+        ]
+        return _access_line_encoder.encode_lines(lines).decode()
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,12 @@ class IndexedRouter(Router):
             return
         await self.app(scope, receive, send)
 
+    def template(self, scope: Scope) -> str | None:
+        """The template of the route that takes this request's path (for a request refused
+        before routing), None when none does."""
+        found = self.lookup(route_path(scope))
+        return found[0].path if found else None
+
     def headers_for(self, scope: Scope) -> RawHeaders:
         """The headers the endpoint at this path adds to its responses (for a 401 there)."""
         found = self.lookup(route_path(scope))

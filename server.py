@@ -4,19 +4,24 @@ logs, and `healthcheck`."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import http.client
 import logging
+import logging.config
 import socket
 import sys
 from collections.abc import Callable
 from typing import Any, Final, TextIO
 
+import msgspec
 import uvicorn
+import uvicorn.config
 from starlette.types import ASGIApp
 from uvicorn.config import LOG_LEVELS
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from faults import CLOSE_EXTENSION
+from journal import rfc3339
 from settings import Settings
 
 logger = logging.getLogger("petstore")
@@ -111,13 +116,70 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def configure_logging(level: str) -> None:
-    """The service's own lines (warnings, errors, tracebacks) to stderr beside uvicorn's."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)-9s %(name)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(LOG_LEVELS[level])
-    logger.propagate = False
+class JsonFormatter(logging.Formatter):
+    """A log record as one JSON object: time (RFC 3339, UTC), level, logger, message, and the
+    traceback as text under exc_info when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": rfc3339(int(record.created * 1e9)),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exc_info"] = self.formatException(record.exc_info)
+        return _log_line_encoder.encode(line).decode()
+
+
+_log_line_encoder: Final = msgspec.json.Encoder()
+
+
+def logging_config(settings: Settings) -> dict[str, Any]:
+    """The one logging configuration (logging.config.dictConfig's) of the service's logger and
+    uvicorn's, all on stderr. text: uvicorn's own set-up, and ours beside it, as they always
+    were. json: one handler, JsonFormatter, for both (uvicorn's access log too, which
+    `python app.py` turns off: ours is cheaper)."""
+    ours = {"level": LOG_LEVELS[settings.log_level], "propagate": False}
+    if settings.log_format == "text":
+        config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+        config["formatters"]["petstore"] = {"format": "%(levelname)-9s %(name)s: %(message)s"}
+        config["handlers"]["petstore"] = {
+            "class": "logging.StreamHandler",
+            "formatter": "petstore",
+            "stream": "ext://sys.stderr",
+        }
+        config["loggers"]["petstore"] = {"handlers": ["petstore"], **ours}
+        return config
+    uvicorn_loggers = {"handlers": ["json"], "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {
+            "json": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "loggers": {
+            "petstore": {"handlers": ["json"], **ours},
+            # Levels as uvicorn's own set-up has them; uvicorn.Config sets its --log-level.
+            "uvicorn": {**uvicorn_loggers, "level": "INFO"},
+            "uvicorn.error": {"level": "INFO"},  # to "uvicorn"'s handler
+            "uvicorn.access": uvicorn_loggers,
+        },
+    }
+
+
+def configure_logging(settings: Settings, *, uvicorn_too: bool = True) -> None:
+    """Apply logging_config(settings). Without `uvicorn_too` only the service's logger is set
+    up: under `uvicorn app:app` in text, uvicorn's loggers keep what uvicorn gave them."""
+    config = logging_config(settings)
+    if not uvicorn_too:
+        config["loggers"] = {"petstore": config["loggers"]["petstore"]}
+    logging.config.dictConfig(config)
 
 
 def access_log_stream(settings: Settings) -> TextIO | None:
@@ -144,6 +206,7 @@ def serve(app: ASGIApp, settings: Settings, on_exit: Callable[[], None]) -> None
         port=settings.port,
         log_level=settings.log_level,
         access_log=False,  # ours is cheaper and keeps the duration
+        log_config=logging_config(settings),  # so uvicorn installs no text handlers of its own
         http=_guard(settings.client_timeout, offers_close=bool(settings.admin_keys)),
         lifespan="on",
         timeout_graceful_shutdown=5,

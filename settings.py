@@ -35,6 +35,8 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     admin_keys: tuple[str, ...] = ()  # none: no test-control plane
     journal_size: int = 1000
+    log_format: str = "text"  # or "json": one JSON object a line
+    metrics: bool = True  # GET /metrics, and the counting behind it
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
         "--admin-key", action="append", metavar="KEY", help="opens /_admin, repeatable"
     )
     parser.add_argument("--journal-size", metavar="N", help="requests the journal keeps")
+    parser.add_argument("--log-format", metavar="FORMAT", help="text|json (PETSTORE_LOG_FORMAT)")
+    parser.add_argument("--metrics", metavar="SWITCH", help="on|off: GET /metrics")
     return parser
 
 
@@ -97,6 +101,18 @@ def _log_level(text: str, name: str) -> str:
     return text.lower()
 
 
+def _log_format(text: str, name: str) -> str:
+    if text not in ("text", "json"):
+        raise SettingsError(f"{name}: expected text or json, got {text!r}")
+    return text
+
+
+def _switch(text: str, name: str) -> bool:
+    if text not in ("on", "off"):
+        raise SettingsError(f"{name}: expected on or off, got {text!r}")
+    return text == "on"
+
+
 def _seconds(text: str, name: str) -> float:
     try:
         seconds = float(text)
@@ -118,6 +134,8 @@ _SOURCES: Final = (
     ("log_level", "PETSTORE_LOG_LEVEL", _log_level),
     ("client_timeout", "PETSTORE_CLIENT_TIMEOUT", _seconds),
     ("journal_size", "PETSTORE_JOURNAL_SIZE", _integer(0, 1_000_000)),
+    ("log_format", "PETSTORE_LOG_FORMAT", _log_format),
+    ("metrics", "PETSTORE_METRICS", _switch),
 )
 
 

@@ -57,6 +57,10 @@ class PetStore(Protocol):
     def writable(self) -> bool:
         """Whether `add` can succeed; readiness reports it."""
 
+    @property
+    def count(self) -> int:
+        """How many pets are stored (the metrics' gauge): cheap, no lock."""
+
     async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         """Store a pet under the next id, or, for a key a create already used with this
         request, give back that create's pet. Raises StorageUnavailable when it can't store,
@@ -145,6 +149,10 @@ class IndexedReads:
 
     _lock: threading.Lock
     _index: PetIndex
+
+    @property
+    def count(self) -> int:
+        return len(self._index)  # len of a list: atomic, so no lock
 
     async def get(self, pet_id: int) -> Pet | None:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -74,14 +75,21 @@ def assert_error(response: httpx.Response, status: int, code: str) -> str:
     return message
 
 
-@pytest.fixture
-async def client(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
+@contextlib.asynccontextmanager
+async def serving(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """An authenticated client of the in-process app, lifespan started."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=transport, base_url="http://petstore", headers=AUTH) as c,
     ):
+        yield c
+
+
+@pytest.fixture
+async def client(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
+    """An authenticated client of the in-process app, lifespan started."""
+    async with serving(app) as c:
         yield c
 
 

@@ -379,6 +379,8 @@ BAD_SETTINGS = [
     pytest.param([], {"PETSTORE_ADMIN_KEYS": "bad key"}, id="env-admin-key-with-space"),
     pytest.param(["--journal-size", "-1"], {}, id="journal-size-negative"),
     pytest.param([], {"PETSTORE_JOURNAL_SIZE": "many"}, id="env-journal-size"),
+    pytest.param(["--log-format", "xml"], {}, id="log-format"),
+    pytest.param([], {"PETSTORE_METRICS": "yes"}, id="env-metrics"),
 ]
 
 

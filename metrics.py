@@ -1,0 +1,162 @@
+"""Metrics: plain counts the requests and the writer thread keep, read into Prometheus at scrape."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Final, Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+from starlette.types import Scope
+
+from store import PetStore
+
+__all__ = ["CONTENT_TYPE_LATEST", "OTHER", "Histogram", "Metrics", "RequestCounts"]
+
+# Upper bounds (seconds) of the duration buckets, requests and fdatasyncs alike: a request
+# served from memory takes well under a millisecond, an fdatasync one to tens.
+BOUNDS: Final = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+# The label value of a path no route takes, and of a method outside HTTP's own: a client can't
+# make a label grow (httptools knows a fixed list of methods, h11 takes any token).
+OTHER: Final = "other"
+_METHODS: Final = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+)
+
+
+class Histogram:
+    """Observations counted into the fixed BOUNDS buckets (plain ints) and summed.
+
+    One thread writes it; a scrape reads it from another as it is (the counts are copied in
+    one go, so the buckets agree with each other, if not always with the sum).
+    """
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BOUNDS) + 1)  # the last one: above every bound
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(BOUNDS, seconds)] += 1  # le: a bound holds its own value
+        self.total += seconds
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative counts by upper bound, "+Inf" last: what HistogramMetricFamily takes."""
+        counts, running, buckets = list(self.counts), 0, []
+        for bound, count in zip((*map(str, BOUNDS), "+Inf"), counts, strict=True):
+            running += count
+            buckets.append((bound, float(running)))
+        return buckets
+
+
+class RequestCounts:
+    """Requests by method, route template and status, and their durations by method and route:
+    plain dicts the AccessLog layer updates as each request ends (no lock: the event loop's
+    thread does both the counting and the scrape).
+
+    `route_of` names the template of a request that did not reach the router (a 401, a refused
+    preflight), None when no route takes its path: then the label is OTHER.
+    """
+
+    def __init__(self, route_of: Callable[[Scope], str | None]) -> None:
+        self.route_of = route_of
+        self.requests: defaultdict[tuple[str, str, int], int] = defaultdict(int)
+        self.durations: defaultdict[tuple[str, str], Histogram] = defaultdict(Histogram)
+
+    def count(self, scope: Scope, status: int, elapsed_ns: int) -> None:
+        route = scope.get("route")  # set by the router that took the path
+        template: str = route.path if route is not None else self.route_of(scope) or OTHER
+        method: str = scope["method"]
+        if method not in _METHODS:
+            method = OTHER
+        self.requests[method, template, status] += 1
+        self.durations[method, template].observe(elapsed_ns / 1e9)
+
+
+class DataFileCounts(Protocol):
+    """What a store that writes a file counts for the metrics (datafile.FileStore)."""
+
+    sync_durations: Histogram
+    write_errors: int
+
+
+class Metrics:
+    """The collector of the service's metrics, on a registry of its own (with the process's
+    CPU, memory and file descriptors): everything is read when a scrape asks."""
+
+    def __init__(
+        self, requests: RequestCounts, store: PetStore, data_file: DataFileCounts | None
+    ) -> None:
+        self.requests = requests
+        self.store = store
+        self.data_file = data_file
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+        ProcessCollector(registry=self.registry)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition of every metric, as GET /metrics serves it."""
+        return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "petstore_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            labels=("method", "route", "status"),
+        )
+        for (method, route, status), count in self.requests.requests.items():
+            requests.add_metric((method, route, str(status)), count)
+        yield requests
+        durations = HistogramMetricFamily(
+            "petstore_http_request_duration_seconds",
+            "Time from a request's arrival at the service to its last byte sent.",
+            labels=("method", "route"),
+        )
+        for (method, route), histogram in self.requests.durations.items():
+            durations.add_metric((method, route), histogram.buckets(), histogram.total)
+        yield durations
+        yield GaugeMetricFamily("petstore_pets", "Pets in the store.", self.store.count)
+        yield GaugeMetricFamily(
+            "petstore_store_writable",
+            "1 while the store takes creates, 0 once it stopped (a failed fdatasync).",
+            1 if self.store.writable else 0,
+        )
+        if self.data_file is not None:
+            syncs = self.data_file.sync_durations
+            yield HistogramMetricFamily(
+                "petstore_datafile_sync_duration_seconds",
+                "Time each fdatasync of the data file took (one a group commit).",
+                syncs.buckets(),
+                syncs.total,
+            )
+            yield CounterMetricFamily(
+                "petstore_datafile_write_errors",
+                "Writes or fdatasyncs of the data file that failed.",
+                self.data_file.write_errors,
+            )

@@ -1,0 +1,225 @@
+"""--log-format json: the access log's lines and every log line (uvicorn's included) one JSON
+object each; no key in any line."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app import Petstore
+from server import JsonFormatter
+from settings import Settings
+from tests.conftest import KEY, ROOT, Launcher, ServerFactory, free_port, wait_until
+
+RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+JSON_LOGS = Settings(api_keys=(KEY,), log_format="json")
+ADMIN_KEY = "admin-key-9876543210"
+WILMA = {"name": "Wilma", "categoryId": 3, "status": "pending"}
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of `text` parsed as one JSON object (a line that is not one fails)."""
+    objects = [json.loads(line) for line in text.splitlines()]
+    assert all(isinstance(found, dict) for found in objects)
+    return objects
+
+
+def access_lines(text: str) -> list[dict[str, Any]]:
+    """The access-log objects in `text`, but those of the readiness polls."""
+    return [line for line in json_lines(text) if line["path"] != "/readyz"]
+
+
+def seconds_ago(rfc3339: str) -> float:
+    moment = time.strptime(rfc3339[:19], "%Y-%m-%dT%H:%M:%S")
+    return time.time() - time.mktime(moment) + time.timezone  # mktime reads local time
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("settings", [JSON_LOGS], ids=["json"])
+async def test_access_log_json_lines_carry_the_contract_fields(
+    client: httpx.AsyncClient, app: Petstore, access_log: io.StringIO
+) -> None:
+    """Under json each request is one object: time, client, method, path (no query), status,
+    durationUs, requestId, in that order."""
+    await client.get("/v1/pets?limit=5", headers={"X-Request-Id": "first"})
+    await client.get("/v1/pets/1", headers={"Authorization": "", "X-Request-Id": "second"})
+    app.access_log.flush()
+    lines = json_lines(access_log.getvalue())
+    assert [list(line) for line in lines] == [
+        ["time", "client", "method", "path", "status", "durationUs", "requestId"]
+    ] * 2
+    assert [
+        {key: value for key, value in line.items() if key not in ("time", "durationUs")}
+        for line in lines
+    ] == [
+        {
+            "client": "127.0.0.1",
+            "method": "GET",
+            "path": "/v1/pets",
+            "status": 200,
+            "requestId": "first",
+        },
+        {
+            "client": "127.0.0.1",
+            "method": "GET",
+            "path": "/v1/pets/1",
+            "status": 401,
+            "requestId": "second",
+        },
+    ]
+    for line in lines:
+        assert RFC3339_UTC.fullmatch(line["time"])
+        assert -5 < seconds_ago(line["time"]) < 60
+        assert isinstance(line["durationUs"], int)
+        assert 0 <= line["durationUs"] < 10_000_000
+
+
+def test_json_formatter_writes_time_level_logger_message_and_the_traceback() -> None:
+    """A record with an exception: one JSON object, the traceback as text under exc_info."""
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        record = logging.LogRecord(
+            "petstore", logging.ERROR, __file__, 1, "failed %s", ("here",), sys.exc_info()
+        )
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert list(parsed) == ["time", "level", "logger", "message", "exc_info"]
+    assert RFC3339_UTC.fullmatch(parsed["time"])
+    assert (parsed["level"], parsed["logger"], parsed["message"]) == (
+        "ERROR",
+        "petstore",
+        "failed here",
+    )
+    assert parsed["exc_info"].startswith("Traceback (most recent call last):")
+    assert parsed["exc_info"].endswith("RuntimeError: boom")
+
+
+def test_uvicorn_lines_are_json_from_start_to_shutdown(start_server: ServerFactory) -> None:
+    """`python app.py --log-format json`: every stderr line is a JSON object, uvicorn's start-up
+    and shutdown messages included; stdout is the ready line (text) then access-log objects."""
+    server = start_server("--log-format", "json")
+    with server.client() as http:
+        http.get("/v1/pets", headers={"X-Request-Id": "after-start"})
+    server.wait_for_output("after-start")
+    assert server.stop() in (0, -15)
+    logs = json_lines(server.stderr)
+    messages = [(line["level"], line["logger"], line["message"]) for line in logs]
+    started = [message for _, _, message in messages]
+    for expected in (
+        "Started server process",
+        "Application startup complete.",
+        "Uvicorn running on",
+        "Shutting down",
+        "Application shutdown complete.",
+        "Finished server process",
+    ):
+        assert any(message.startswith(expected) for message in started), started
+    assert {logger for _, logger, _ in messages} == {"uvicorn.error"}
+    assert all(RFC3339_UTC.fullmatch(line["time"]) for line in logs)
+    ready, *access = server.stdout.splitlines()
+    assert ready == f"petstore: ready at http://127.0.0.1:{server.port}/v1"
+    assert [line["requestId"] for line in access_lines("\n".join(access))] == ["after-start"]
+
+
+def test_generated_key_line_stays_text_under_json(start_server: ServerFactory) -> None:
+    """Without a key, the generated-key line and the ready line keep their text (a harness
+    reads them); the service's own lines are JSON."""
+    server = start_server("--log-format", "json", key=None)
+    key_line, ready = server.stdout.splitlines()[:2]
+    assert key_line.startswith("petstore: no API key configured; this run accepts: Bearer ")
+    assert ready.startswith("petstore: ready at http://127.0.0.1:")
+    assert server.stop() in (0, -15)
+    assert json_lines(server.stderr)
+
+
+def test_uvicorn_app_under_json_writes_json_lines(launch: Launcher) -> None:
+    """`uvicorn app:app` with PETSTORE_LOG_FORMAT=json: uvicorn's own lines (its access log
+    too, on by default there) and ours are JSON objects."""
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)]
+    server = launch(argv, {"PETSTORE_LOG_FORMAT": "json", "PETSTORE_API_KEYS": KEY}, port)
+    server.wait_ready()
+    with server.client() as http:
+        http.get("/healthz", headers={"X-Request-Id": "under-uvicorn"})
+    server.wait_for_output("under-uvicorn")
+    wait_until(lambda: "uvicorn.access" in server.stderr, "uvicorn's access line")
+    assert server.stop() in (0, -15)
+    loggers = {line["logger"] for line in json_lines(server.stderr)}
+    assert loggers == {"uvicorn.error", "uvicorn.access"}
+    assert [line["requestId"] for line in access_lines(server.stdout)] == ["under-uvicorn"]
+
+
+def test_no_key_in_any_line_after_refusals_and_a_failed_write(
+    tmp_path: Path, launch: Launcher
+) -> None:
+    """Started with an API key, an admin key and a data file whose second fdatasync fails
+    (strace): after creates, 401s with and without keys, keys in queries, paths and bodies,
+    and the failed create, neither key appears in stdout or stderr, and every line but the
+    ready line is JSON, the storage error included."""
+    api_key, admin_key = "api-key-b5f0c1d2e3", "admin-key-f9e8d7c6b5"
+    port = free_port()
+    argv = [
+        "strace",
+        "-f",
+        "-qq",
+        "-o",
+        "/dev/null",
+        "-e",
+        "trace=fdatasync",
+        "-e",
+        "inject=fdatasync:error=EIO:when=2",
+        sys.executable,
+        str(ROOT / "app.py"),
+        "--port",
+        str(port),
+        "--log-format",
+        "json",
+        "--data",
+        str(tmp_path / "pets.jsonl"),
+        "--api-key",
+        api_key,
+        "--admin-key",
+        admin_key,
+    ]
+    server = launch(argv, {}, port)
+    server.wait_ready()
+    good = {"Authorization": f"Bearer {api_key}"}
+    with server.client() as http:
+        assert http.post("/v1/pets", json=WILMA, headers=good).status_code == 201
+        assert http.post("/v1/pets", json=WILMA, headers=good).status_code == 503
+        assert (
+            http.get("/v1/pets", headers={"Authorization": f"Bearer {admin_key}"}).status_code
+            == 401
+        )
+        assert http.get("/_admin/requests", headers=good).status_code == 401
+        assert http.get(f"/v1/pets?key={api_key}").status_code == 401
+        assert http.get(f"/v1/pets/{api_key}", headers=good).status_code == 400
+        assert http.get(f"/{admin_key}", headers={"X-Request-Id": api_key}).status_code == 404
+        body = {"name": api_key, "categoryId": admin_key}
+        assert http.post("/v1/pets", json=body, headers=good).status_code == 400
+        assert http.get("/metrics", headers={"X-Request-Id": "last"}).status_code == 200
+    server.wait_for_output('"requestId":"last"')
+    wait_until(lambda: "fsync failed" in server.stderr, "the storage error in the log")
+    output = server.stdout + server.stderr
+    assert api_key not in output
+    assert admin_key not in output
+    ready, *access = server.stdout.splitlines()
+    assert ready.startswith("petstore: ready at ")
+    lines = access_lines("\n".join(access))
+    assert [line["status"] for line in lines] == [201, 503, 401, 401, 401, 400, 404, 400, 200]
+    assert (lines[5]["path"], lines[6]["path"]) == ("/v1/pets/[redacted]", "/[redacted]")
+    assert lines[6]["requestId"] == "[redacted]"
+    errors = [line for line in json_lines(server.stderr) if line["level"] == "ERROR"]
+    assert [line["logger"] for line in errors] == ["petstore.store"]
+    assert "fsync failed: Input/output error" in errors[0]["message"]
