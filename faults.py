@@ -42,7 +42,8 @@ class Fault:
 
 
 def check_rule(rule: NewFaultRule) -> None:
-    """The checks a schema can't say: what a rule does, and which fields go together."""
+    """What the Struct can't check: that a rule does something, and which fields go together
+    (the control plane's OpenAPI document says the same in JSON Schema: openapi.py)."""
     drop = rule.drop is True
     if rule.status is msgspec.UNSET and rule.delayMs is msgspec.UNSET and not drop:
         raise invalid("A fault rule needs `status`, `delayMs` or `drop`: true")
