@@ -278,7 +278,7 @@ def create_app(
 async def _flush_every(log: AccessLog, seconds: float) -> None:
     while True:
         await asyncio.sleep(seconds)
-        log.flush()
+        await log.drain()
 
 
 def _read_seed(path: str) -> list[SeedPet]:

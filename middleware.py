@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
@@ -68,6 +69,8 @@ class AccessLine(msgspec.Struct):
 
 
 _access_line_encoder: Final = msgspec.json.Encoder()
+# Lines formatted between two turns of the event loop: about 0.2 ms of work.
+_LINES_A_CHUNK: Final = 256
 # A request as the access log notes it: client, method, path, status, duration (ns), request
 # id, and when it arrived (time.perf_counter_ns).
 _Entry = tuple[tuple[str, int] | None, str, str, int, int, bytes, int]
@@ -163,20 +166,47 @@ class AccessLog:
                     )
 
     def flush(self) -> None:
-        """Write out the lines of the requests that ended since the last flush."""
-        if self.stream is None:
-            return
+        """Write out the lines of the requests that ended since the last flush, all at once
+        (at shutdown; `drain` is what the lifespan runs meanwhile)."""
         entries, self.entries = self.entries, []
+        self._write(entries)
+        self._flush_stream()
+
+    async def drain(self) -> None:
+        """Write out the lines of the requests that ended since the last call, a chunk at a
+        time, letting the event loop serve requests between two chunks. Formatting half a
+        second's lines in one go (15,000 at 30,000 requests a second) held the loop for
+        milliseconds and tripled the p99 of everything waiting behind it."""
+        entries, self.entries = self.entries, []
+        for start in range(0, len(entries), _LINES_A_CHUNK):
+            self._write(entries[start : start + _LINES_A_CHUNK])
+            await asyncio.sleep(0)  # the requests that arrived meanwhile go first
+        self._flush_stream()
+
+    def _write(self, entries: list[_Entry]) -> None:
+        if self.stream is None or not entries:
+            return
         text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
         for key in self.keys:  # one a client put in a path or a request id
-            if key in text:  # one scan of the batch a key: off the requests' path
+            if key in text:  # one scan of the chunk a key: off the requests' path
                 text = text.replace(key, "[redacted]")
         try:
             self.stream.write(text)
+        except (OSError, ValueError) as error:
+            self._stop(error)
+
+    def _flush_stream(self) -> None:
+        if self.stream is None:
+            return
+        try:
             self.stream.flush()
-        except (OSError, ValueError) as error:  # stdout closed, or its reader gone
-            logger.error("access log stopped: cannot write it: %s", error)
-            self.stream = None  # keep serving; and stop collecting lines nobody can read
+        except (OSError, ValueError) as error:
+            self._stop(error)
+
+    def _stop(self, error: Exception) -> None:
+        """stdout is closed, or its reader gone: keep serving, and stop noting lines."""
+        logger.error("access log stopped: cannot write it: %s", error)
+        self.stream = None
 
     @staticmethod
     def _text_lines(entries: list[_Entry]) -> str:

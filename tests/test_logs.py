@@ -3,6 +3,7 @@ object each; no key in any line."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -223,3 +224,33 @@ def test_no_key_in_any_line_after_refusals_and_a_failed_write(
     errors = [line for line in json_lines(server.stderr) if line["level"] == "ERROR"]
     assert [line["logger"] for line in errors] == ["petstore.store"]
     assert "fsync failed: Input/output error" in errors[0]["message"]
+
+
+@pytest.mark.anyio
+async def test_draining_the_access_log_takes_turns_with_requests(
+    app: Petstore, access_log: io.StringIO
+) -> None:
+    """The lifespan's half-second flush writes its lines a chunk at a time, giving the event
+    loop back between chunks (so requests waiting meanwhile are not held up), and writes all."""
+    lines = 10_000
+    app.access_log.entries = [
+        (("127.0.0.1", 5000), "GET", "/v1/pets", 200, 412_000, b"id-%d" % n, 0)
+        for n in range(lines)
+    ]
+    turns = 0
+    drained = asyncio.Event()
+
+    async def another_request() -> None:
+        nonlocal turns
+        while not drained.is_set():
+            turns += 1
+            await asyncio.sleep(0)
+
+    waiting = asyncio.create_task(another_request())
+    await app.access_log.drain()
+    drained.set()
+    await waiting
+    assert turns >= lines // 256
+    written = access_log.getvalue().splitlines()
+    assert len(written) == lines
+    assert written[-1] == f'127.0.0.1 "GET /v1/pets" 200 412us id-{lines - 1}'
