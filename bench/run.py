@@ -95,8 +95,9 @@ STATUSES: Final = ("available", "pending", "sold", None)  # the fill cycles thro
 PLANE_ON: Final = "service, test-control plane on"
 LOG_ON: Final = "service, access log on"
 CEILING: Final = "ceiling"
+BARE: Final = "bare"
 LOG_OFF: Final = "service, access log off"
-ROUND_ORDER: Final = (PLANE_ON, LOG_ON, CEILING, LOG_OFF)
+ROUND_ORDER: Final[tuple[str, ...]] = (PLANE_ON, LOG_ON, CEILING, BARE, LOG_OFF)
 PLANE_FLAGS: Final = ("--admin-key", "bench-admin-key-0123456789")  # journal at its default size
 PLANE_TARGET: Final = 0.95  # plane on / plane off, at least
 
@@ -128,15 +129,26 @@ _CREATE_PROBE: Final = Probe(
     "POST", "/v1/pets", body=b'{"name":"bench-0","categoryId":1,"status":"sold"}'
 )
 
+
+def get_scenario(fill: int, get_id: int) -> Scenario:
+    """getPet of one fixed id, or (get_id 0) of the ids 1..fill in turn."""
+    probes: tuple[Probe, ...] = (
+        Probe("GET", "/v1/pets/1"),
+        Probe("GET", "/v1/pets/4"),
+        Probe("GET", f"/v1/pets/{fill}"),
+    )
+    if get_id:
+        title = f"getPet (id {get_id})"
+        requests = wrk_requests(200, f"/v1/pets/{get_id}")
+        probes = (Probe("GET", f"/v1/pets/{get_id}"), *probes)
+    else:
+        title = f"getPet (ids 1..{fill})"
+        requests = wrk_requests(200, "/v1/pets/{id}", ids=fill)
+    return Scenario("get", title, "memory", requests, probes, 0.75)
+
+
 SCENARIOS: Final = (
-    Scenario(
-        "get",
-        "getPet (ids 1..1000)",
-        "memory",
-        wrk_requests(200, "/v1/pets/{id}", ids=FILL),
-        (Probe("GET", "/v1/pets/1"), Probe("GET", "/v1/pets/4"), Probe("GET", "/v1/pets/1000")),
-        0.75,
-    ),
+    get_scenario(FILL, 0),
     Scenario(
         "list20",
         "listPets limit=20",
@@ -185,23 +197,26 @@ class Options:
     duration: int
     warmup: int
     scenarios: tuple[str, ...]
+    fill: int
+    get_id: int
 
 
 # --------------------------------------------------------------------------- servers
 
 
-def ceiling_argv(pin: Pinning, port: int) -> list[str]:
-    """The ceiling under the service's uvicorn settings (app.py: server_header=False)."""
+def baseline_argv(module: str, pin: Pinning, port: int) -> list[str]:
+    """A baseline (bench.ceiling, bench.bare) under the service's uvicorn settings (app.py:
+    server_header=False)."""
     flags = (
         "--http httptools --loop uvloop --no-access-log --no-server-header --log-level warning"
         f" --host 127.0.0.1 --port {port}"
     )
-    return [*pin.server, sys.executable, "-m", "uvicorn", "bench.ceiling:app", *flags.split()]
+    return [*pin.server, sys.executable, "-m", "uvicorn", f"{module}:app", *flags.split()]
 
 
 @contextlib.contextmanager
 def servers(
-    store: str, tmp: Path, pin: Pinning, start_timeout: float = 60.0
+    store: str, tmp: Path, pin: Pinning, pets: int, start_timeout: float = 60.0
 ) -> Iterator[dict[str, Server]]:
     """The service (access log on and off, plane on) and the ceiling, ready, FILL pets each."""
     with contextlib.ExitStack() as stack:
@@ -227,20 +242,36 @@ def servers(
             environment["CEILING_DATA"] = str(data[CEILING])
         port = free_port()
         running[CEILING] = stack.enter_context(
-            spawn(ceiling_argv(pin, port), tmp / f"{store}-ceiling.log", port, environment)
+            spawn(
+                baseline_argv("bench.ceiling", pin, port),
+                tmp / f"{store}-ceiling.log",
+                port,
+                environment,
+            )
         )
+        if store == "memory":  # the bare app keeps no data file
+            port = free_port()
+            bare_environment = {**environment, "BARE_API_KEY": API_KEY}
+            running[BARE] = stack.enter_context(
+                spawn(
+                    baseline_argv("bench.bare", pin, port),
+                    tmp / f"{store}-bare.log",
+                    port,
+                    bare_environment,
+                )
+            )
         for server in running.values():
             server.wait_ready(start_timeout)
         with ThreadPoolExecutor(len(running)) as pool:
-            list(pool.map(fill, running.values()))
-        yield {name: running[name] for name in ROUND_ORDER}
+            list(pool.map(lambda server: fill(server, pets), running.values()))
+        yield {name: running[name] for name in ROUND_ORDER if name in running}
 
 
-def fill(server: Server) -> None:
-    """FILL creates, one at a time so that every server gets the same ids."""
+def fill(server: Server, pets: int) -> None:
+    """`pets` creates, one at a time so that every server gets the same ids."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        for number in range(1, FILL + 1):
+        for number in range(1, pets + 1):
             status = STATUSES[(number - 1) % len(STATUSES)]
             status_part = f',"status":"{status}"' if status else ""
             body = f'{{"name":"pet-{number}","categoryId":{number % 100}{status_part}}}'
@@ -323,7 +354,7 @@ def measure(
     scenario: Scenario, running: dict[str, Server], options: Options, pin: Pinning
 ) -> Measured:
     print(f"  {scenario.title} ...", file=sys.stderr, flush=True)
-    loads = {name: (running[name], scenario.requests) for name in ROUND_ORDER}
+    loads = {name: (running[name], scenario.requests) for name in ROUND_ORDER if name in running}
     runs = alternate(
         loads,
         connections=CONNECTIONS,
@@ -339,22 +370,38 @@ def per_second(run: WrkResult) -> float:
     return run.per_second
 
 
-def table(service: str, results: Sequence[Measured], options: Options) -> list[Target]:
+SHORT: Final = {
+    PLANE_ON: "plane",
+    LOG_ON: "svc",
+    LOG_OFF: "svc",
+    CEILING: "ceil",
+    BARE: "bare",
+}
+
+
+def table(
+    server: str, baseline: str, results: Sequence[Measured], options: Options
+) -> list[Target]:
+    """`server` against `baseline`, a row a scenario; the targets of the scenarios only for the
+    service against the ceiling."""
     rows = []
     targets = []
     notes = []
+    mine_short, theirs_short = SHORT[server], SHORT[baseline]
     for measured in results:
         scenario = measured.scenario
-        mine, ceiling = measured.runs[service], measured.runs[CEILING]
-        ratios = pair_ratios(mine, ceiling, per_second)
+        if baseline not in measured.runs:
+            continue
+        mine, theirs = measured.runs[server], measured.runs[baseline]
+        ratios = pair_ratios(mine, theirs, per_second)
         ratio = statistics.median(ratios)
         target = ""
-        if scenario.target is not None:
+        if scenario.target is not None and baseline == CEILING and server != CEILING:
             passed = ratio >= scenario.target
             target = f">= {scenario.target:.2f} {verdict(passed)}"
             targets.append(
                 Target(
-                    f"{scenario.title}, {service}: service/ceiling >= {scenario.target:.2f}",
+                    f"{scenario.title}, {server}: service/ceiling >= {scenario.target:.2f}",
                     f"{ratio:.3f}",
                     passed,
                 )
@@ -363,39 +410,39 @@ def table(service: str, results: Sequence[Measured], options: Options) -> list[T
             [
                 scenario.title,
                 f"{statistics.median(r.per_second for r in mine):,.0f}",
-                f"{statistics.median(r.per_second for r in ceiling):,.0f}",
+                f"{statistics.median(r.per_second for r in theirs):,.0f}",
                 f"{ratio:.3f}",
                 f"{min(ratios):.2f}..{max(ratios):.2f}",
                 *p50_p99(mine),
-                *p50_p99(ceiling),
+                *p50_p99(theirs),
                 f"{statistics.median(per_cpu_second(r) for r in mine):,.0f}",
-                f"{statistics.median(per_cpu_second(r) for r in ceiling):,.0f}",
-                f"{statistics.median(pair_ratios(mine, ceiling, per_cpu_second)):.3f}",
+                f"{statistics.median(per_cpu_second(r) for r in theirs):,.0f}",
+                f"{statistics.median(pair_ratios(mine, theirs, per_cpu_second)):.3f}",
                 f"{statistics.median(r.server_cpu for r in mine):.0%}/"
-                f"{statistics.median(r.server_cpu for r in ceiling):.0%}",
+                f"{statistics.median(r.server_cpu for r in theirs):.0%}",
                 target,
             ]
         )
-        for name, runs in ((service, mine), (CEILING, ceiling)):
+        for name, runs in ((server, mine), (baseline, theirs)):
             if errors := sum(run.errors for run in runs):
                 notes.append(f"{scenario.title}: {errors} unexpected answers or errors ({name})")
     print_table(
-        f"{service.capitalize()} vs. ceiling: wrk -t1 -c{CONNECTIONS}, {options.rounds} rounds "
+        f"{server.capitalize()} vs. {baseline}: wrk -t1 -c{CONNECTIONS}, {options.rounds} rounds "
         f"of {options.duration} s per server (latency in ms)",
         [
             "scenario",
-            "svc req/s",
-            "ceil req/s",
+            f"{mine_short} req/s",
+            f"{theirs_short} req/s",
             "ratio",
             "pairs",
-            "svc p50",
-            "svc p99",
-            "ceil p50",
-            "ceil p99",
-            "svc req/CPU-s",
-            "ceil req/CPU-s",
+            f"{mine_short} p50",
+            f"{mine_short} p99",
+            f"{theirs_short} p50",
+            f"{theirs_short} p99",
+            f"{mine_short} req/CPU-s",
+            f"{theirs_short} req/CPU-s",
             "CPU ratio",
-            "busy svc/ceil",
+            f"busy {mine_short}/{theirs_short}",
             "target",
         ],
         rows,
@@ -406,16 +453,17 @@ def table(service: str, results: Sequence[Measured], options: Options) -> list[T
 
 
 def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
-    chosen = [s for s in SCENARIOS if s.name in options.scenarios]
+    every = [get_scenario(options.fill, options.get_id), *SCENARIOS[1:]]
+    chosen = [s for s in every if s.name in options.scenarios]
     results: list[Measured] = []
     access_lines = 0
     for store in ("memory", "file"):
         scenarios = [s for s in chosen if s.store == store]
         if not scenarios:
             continue
-        starting = f"{store} store: starting {len(ROUND_ORDER)} servers, {FILL} pets each"
+        starting = f"{store} store: starting {len(ROUND_ORDER)} servers, {options.fill} pets each"
         print(starting, file=sys.stderr)
-        with servers(store, tmp, pin) as running:
+        with servers(store, tmp, pin, options.fill) as running:
             for warning in check_same_answers(scenarios, running):
                 print(f"warning: {warning}")
             results += [measure(s, running, options, pin) for s in scenarios]
@@ -427,7 +475,9 @@ def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
     )
     targets = []
     for service in (LOG_ON, LOG_OFF):
-        targets += table(service, results, options)
+        targets += table(service, CEILING, results, options)
+    for server in (LOG_ON, LOG_OFF, CEILING):
+        table(server, BARE, results, options)
     return targets + plane_table(results, options)
 
 
@@ -502,6 +552,10 @@ def main(argv: Sequence[str]) -> int:
         metavar="NAME",
         help=f"run only these (repeatable or comma-separated): {', '.join(NAMES)}",
     )
+    parser.add_argument("--fill", type=int, default=FILL, help="pets created before timing")
+    parser.add_argument(
+        "--get-id", type=int, default=0, help="getPet asks for this id only (0: 1..fill in turn)"
+    )
     parser.add_argument("--quick", action="store_true", help="2 rounds of 1 s: a smoke run")
     flags = parse_arguments(parser, argv)
     chosen = [name.strip() for text in flags.scenario or [] for name in text.split(",")]
@@ -510,7 +564,9 @@ def main(argv: Sequence[str]) -> int:
     if flags.rounds < 1:
         parser.error("--rounds is at least 1")
     rounds, duration = (2, 1) if flags.quick else (flags.rounds, flags.duration)
-    chosen_options = Options(rounds, duration, flags.warmup, tuple(chosen or NAMES))
+    chosen_options = Options(
+        rounds, duration, flags.warmup, tuple(chosen or NAMES), flags.fill, flags.get_id
+    )
     return run_benchmark(
         lambda tmp, pin: bench(tmp, chosen_options, pin),
         flags.tmp_dir,
