@@ -1,52 +1,61 @@
-"""Throughput of the petstore against its ceiling: what the service's own code costs.
+"""Throughput and latency of the petstore against a bare ASGI app and against its ceiling.
 
-Run from the repository root (`make bench` runs it, then bench/durability.py):
+Run from the repository root (`make bench` runs it, then bench/durability.py and
+bench/idempotent_creates.py):
 
-    .venv/bin/python bench/run.py [--rounds 5] [--duration 1] [--scenario NAME ...] [--quick]
+    .venv/bin/python bench/run.py [--rounds 3] [--duration 3] [--warmup 2] [--fill 10000]
+        [--get-id 4242] [--scenario NAME ...] [--quick]
 
-About two minutes with the defaults; --quick (2 rounds) about half that. It needs wrk (Debian:
-`apt-get install wrk`) and, for a core each, taskset (util-linux).
+About six and a half minutes with the defaults; --quick (2 rounds of 1 s after 1 s of warm-up)
+about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core each, taskset
+(util-linux).
 
-The ceiling (bench/ceiling.py) is a bare ASGI app that answers the same three operations with
-the same auth check and the same bytes, and no framework: the least work uvicorn, msgspec and
-the store's data structures allow. Both run under the same uvicorn settings (httptools, uvloop,
-one process, no uvicorn access log, no Server header): the service as `python app.py`, the
-ceiling as `python -m uvicorn bench.ceiling:app`. Servers are pinned to core 0, wrk (and this
-script) to core 1. Every server gets the same 1,000 pets first (POSTs; status cycling
-available, pending, sold, absent), then each scenario's probes are sent to every server and
-the answers must match (status and body, else the run stops; headers but `date`, else a
-warning). Scenarios, each `wrk -t1 -c32` (32 connections, also for the file store):
+Two baselines, both under the service's uvicorn settings (httptools, uvloop, one process, no
+uvicorn access log, no Server header), started as `python -m uvicorn bench.NAME:app`:
 
-    get            GET /v1/pets/{id}, ids 1..1000 in turn
+- the bare app (bench/bare.py): the same bytes with the least work (pets kept as their JSON,
+  the key compared as bytes). service / bare is what a user sees: how many of the requests
+  the bare server answers per second of CPU the service answers.
+- the ceiling (bench/ceiling.py): the service's three operations done as the service does them
+  (SHA-256 key check, query validation, encoding each pet), no framework. service / ceiling is
+  what the service's own code costs; ceiling / bare is what that necessary work costs.
+
+The service runs as `python app.py`. Servers are pinned to core 0, wrk (and this script) to
+core 1. Every server gets the same --fill pets first (POSTs, one at a time; status cycling
+available, pending, sold, absent), then each scenario's probes are sent to every server and the
+answers must match the ceiling's (status and body, else the run stops; headers but `date` and
+`x-request-id`, else a warning; the bare app has no file store). Scenarios, each
+`wrk -t1 -c32`:
+
+    get            GET /v1/pets/4242 (--get-id; 0: ids 1..--fill in turn)
     list20         GET /v1/pets?limit=20
     list20-status  GET /v1/pets?limit=20&status=available
     list100        GET /v1/pets?limit=100
     unauthorized   GET /v1/pets?limit=20 with a wrong key (401)
     create-memory  POST /v1/pets, in-memory store
     create-file    POST /v1/pets, data file (fdatasync before each 201; the ceiling does the
-                   same with group commit)
+                   same with group commit; no bare app)
 
-Per scenario: a warm-up run per server, then --rounds rounds; a round loads the service with
+Per scenario: a --warmup run per server, then --rounds rounds; a round loads the service with
 the test-control plane on (an admin key, the journal at its default size, access log on), the
 service as it starts by default (access log on, log level info, lines to a file), the ceiling,
-and the service with its access log off, --duration seconds each, in that order and reversed in
-the next round, so that each server's run is next to the one it is compared with. How to read
-the tables (log on vs. ceiling, log off vs. ceiling, plane on vs. off):
+the bare app, and the service with its access log off, --duration seconds each, in that order
+and reversed in the next round, so that the runs compared are near each other in time. How to
+read the tables (service vs. bare, log on and off; service vs. ceiling, log on and off;
+ceiling vs. bare; plane on vs. off):
 
-- ratio: service / ceiling req/s, taken pair by pair (a service run and the ceiling run beside
-  it), the median; "pairs" the lowest and highest. Noise that lasts a few seconds hits both
-  members of a pair, and the median drops a pair that a burst hit on one side only.
-- req/CPU-s: answers per second of server CPU (/proc/PID/stat utime + stime around each run);
-  it stays steady when other processes take turns on the server's core. "busy" (server CPU /
-  wall time) says whether the server had its core to itself. Neither sees a host that runs
-  this VM's CPUs slower for a while: only the pairs cancel that.
-- req/s and req/CPU-s are medians over the rounds; p50/p99 are over every request of every
-  round (bench/common.py says how latencies are timed).
+- ratio: requests answered per CPU-second of the server (/proc/PID/stat utime + stime around
+  each run), one server's run over the other's in the same round, the median of the rounds;
+  "pairs" the lowest and highest. A CPU-second stays a CPU-second when other processes take
+  turns on the server's core; wall-clock req/s does not, and with the machine shared the
+  wall-clock ratio of the same runs moved by 0.2 either way (README, Performance). "wall
+  ratio" is shown beside it, with "busy" (server CPU / wall time): near 100 % both agree.
+- p50/p99: over every request of every round (bench/common.py says how latencies are timed).
 
-Targets (median of pairs): service / ceiling >= 0.75 for get, list20, list20-status and
-unauthorized, >= 0.65 for create-memory; plane on / off >= 0.95 on every scenario. They are
-reported, not enforced: the exit status is 0 after the tables, 2 when the benchmark can't run
-(no wrk, a server that does not start, answers that differ).
+Targets (ratio): service / ceiling >= 0.75 for get, list20, list20-status and unauthorized,
+>= 0.65 for create-memory; plane on / off >= 0.95 on every scenario. They are reported, not
+enforced: the exit status is 0 after the tables, 2 when the benchmark can't run (no wrk, a
+server that does not start, answers that differ).
 """
 
 from __future__ import annotations
