@@ -6,9 +6,9 @@ bench/idempotent_creates.py):
     .venv/bin/python bench/run.py [--rounds 3] [--duration 3] [--warmup 2] [--fill 10000]
         [--get-id 4242] [--scenario NAME ...] [--quick]
 
-About six and a half minutes with the defaults; --quick (2 rounds of 1 s after 1 s of warm-up)
-about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core each, taskset
-(util-linux).
+About seven minutes with the defaults (6 min 49 s on 2026-11-24); --quick (2 rounds of 1 s
+after 1 s of warm-up) about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core
+each, taskset (util-linux).
 
 Two baselines, both under the service's uvicorn settings (httptools, uvloop, one process, no
 uvicorn access log, no Server header), started as `python -m uvicorn bench.NAME:app`:
@@ -105,7 +105,8 @@ WRONG_KEY: Final = "not-the-key-0123456789"
 STATUSES: Final = ("available", "pending", "sold", None)  # the fill cycles through these
 
 # The servers of a scenario, in the order of even rounds (odd rounds reverse it): the default
-# service (access log on) is next to both the ceiling and the service with the plane on.
+# service (access log on) is next to both the ceiling and the service with the plane on, the
+# bare app next to the ceiling and the service with its log off.
 PLANE_ON: Final = "service, test-control plane on"
 LOG_ON: Final = "service, access log on"
 CEILING: Final = "ceiling"
@@ -477,8 +478,7 @@ def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
         scenarios = [s for s in chosen if s.store == store]
         if not scenarios:
             continue
-        starting = f"{store} store: starting {len(ROUND_ORDER)} servers, {options.fill} pets each"
-        print(starting, file=sys.stderr)
+        print(f"{store} store: starting the servers, {options.fill} pets each", file=sys.stderr)
         with servers(store, tmp, pin, options.fill) as running:
             for warning in check_same_answers(scenarios, running):
                 print(f"warning: {warning}")
