@@ -388,11 +388,13 @@ def verdict(passed: bool) -> str:
 # --------------------------------------------------------------------------- a benchmark's frame
 
 
-def argument_parser(prog: str, description: str, duration: int) -> argparse.ArgumentParser:
+def argument_parser(
+    prog: str, description: str, duration: int, warmup: int = 1
+) -> argparse.ArgumentParser:
     """The options of every timed benchmark: --duration, --warmup, --tmp-dir."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--duration", type=int, default=duration, help="seconds per timed run")
-    parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per server")
+    parser.add_argument("--warmup", type=int, default=warmup, help="seconds of warm-up per server")
     parser.add_argument("--tmp-dir", help="where the data files go (default: the system's)")
     return parser
 

@@ -35,6 +35,7 @@ from typing import Final
 from common import BenchError, Pinning, Server, prepare, print_table, run_wrk
 from run import (
     CEILING,
+    FILL,
     LOG_OFF,
     LOG_ON,
     ROUND_ORDER,
@@ -116,7 +117,7 @@ def main(argv: Sequence[str]) -> int:
         dumps.mkdir(parents=True, exist_ok=True)
         pin = _valgrind(valgrind, dumps.resolve())
         try:
-            with servers("memory", tmp, pin, START_TIMEOUT) as running:
+            with servers("memory", tmp, pin, FILL, START_TIMEOUT) as running:
                 check_same_answers(scenarios, running)
                 for scenario in scenarios:
                     print(f"  {scenario.title} ...", file=sys.stderr, flush=True)

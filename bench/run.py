@@ -1,52 +1,61 @@
-"""Throughput of the petstore against its ceiling: what the service's own code costs.
+"""Throughput and latency of the petstore against a bare ASGI app and against its ceiling.
 
-Run from the repository root (`make bench` runs it, then bench/durability.py):
+Run from the repository root (`make bench` runs it, then bench/durability.py and
+bench/idempotent_creates.py):
 
-    .venv/bin/python bench/run.py [--rounds 5] [--duration 1] [--scenario NAME ...] [--quick]
+    .venv/bin/python bench/run.py [--rounds 3] [--duration 3] [--warmup 2] [--fill 10000]
+        [--get-id 4242] [--scenario NAME ...] [--quick]
 
-About two minutes with the defaults; --quick (2 rounds) about half that. It needs wrk (Debian:
-`apt-get install wrk`) and, for a core each, taskset (util-linux).
+About seven minutes with the defaults (6 min 49 s on 2026-11-24); --quick (2 rounds of 1 s
+after 1 s of warm-up) about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core
+each, taskset (util-linux).
 
-The ceiling (bench/ceiling.py) is a bare ASGI app that answers the same three operations with
-the same auth check and the same bytes, and no framework: the least work uvicorn, msgspec and
-the store's data structures allow. Both run under the same uvicorn settings (httptools, uvloop,
-one process, no uvicorn access log, no Server header): the service as `python app.py`, the
-ceiling as `python -m uvicorn bench.ceiling:app`. Servers are pinned to core 0, wrk (and this
-script) to core 1. Every server gets the same 1,000 pets first (POSTs; status cycling
-available, pending, sold, absent), then each scenario's probes are sent to every server and
-the answers must match (status and body, else the run stops; headers but `date`, else a
-warning). Scenarios, each `wrk -t1 -c32` (32 connections, also for the file store):
+Two baselines, both under the service's uvicorn settings (httptools, uvloop, one process, no
+uvicorn access log, no Server header), started as `python -m uvicorn bench.NAME:app`:
 
-    get            GET /v1/pets/{id}, ids 1..1000 in turn
+- the bare app (bench/bare.py): the same bytes with the least work (pets kept as their JSON,
+  the key compared as bytes). service / bare is what a user sees: how many of the requests
+  the bare server answers per second of CPU the service answers.
+- the ceiling (bench/ceiling.py): the service's three operations done as the service does them
+  (SHA-256 key check, query validation, encoding each pet), no framework. service / ceiling is
+  what the service's own code costs; ceiling / bare is what that necessary work costs.
+
+The service runs as `python app.py`. Servers are pinned to core 0, wrk (and this script) to
+core 1. Every server gets the same --fill pets first (POSTs, one at a time; status cycling
+available, pending, sold, absent), then each scenario's probes are sent to every server and the
+answers must match the ceiling's (status and body, else the run stops; headers but `date` and
+`x-request-id`, else a warning; the bare app has no file store). Scenarios, each
+`wrk -t1 -c32`:
+
+    get            GET /v1/pets/4242 (--get-id; 0: ids 1..--fill in turn)
     list20         GET /v1/pets?limit=20
     list20-status  GET /v1/pets?limit=20&status=available
     list100        GET /v1/pets?limit=100
     unauthorized   GET /v1/pets?limit=20 with a wrong key (401)
     create-memory  POST /v1/pets, in-memory store
     create-file    POST /v1/pets, data file (fdatasync before each 201; the ceiling does the
-                   same with group commit)
+                   same with group commit; no bare app)
 
-Per scenario: a warm-up run per server, then --rounds rounds; a round loads the service with
+Per scenario: a --warmup run per server, then --rounds rounds; a round loads the service with
 the test-control plane on (an admin key, the journal at its default size, access log on), the
 service as it starts by default (access log on, log level info, lines to a file), the ceiling,
-and the service with its access log off, --duration seconds each, in that order and reversed in
-the next round, so that each server's run is next to the one it is compared with. How to read
-the tables (log on vs. ceiling, log off vs. ceiling, plane on vs. off):
+the bare app, and the service with its access log off, --duration seconds each, in that order
+and reversed in the next round, so that the runs compared are near each other in time. How to
+read the tables (service vs. bare, log on and off; service vs. ceiling, log on and off;
+ceiling vs. bare; plane on vs. off):
 
-- ratio: service / ceiling req/s, taken pair by pair (a service run and the ceiling run beside
-  it), the median; "pairs" the lowest and highest. Noise that lasts a few seconds hits both
-  members of a pair, and the median drops a pair that a burst hit on one side only.
-- req/CPU-s: answers per second of server CPU (/proc/PID/stat utime + stime around each run);
-  it stays steady when other processes take turns on the server's core. "busy" (server CPU /
-  wall time) says whether the server had its core to itself. Neither sees a host that runs
-  this VM's CPUs slower for a while: only the pairs cancel that.
-- req/s and req/CPU-s are medians over the rounds; p50/p99 are over every request of every
-  round (bench/common.py says how latencies are timed).
+- ratio: requests answered per CPU-second of the server (/proc/PID/stat utime + stime around
+  each run), one server's run over the other's in the same round, the median of the rounds;
+  "pairs" the lowest and highest. A CPU-second stays a CPU-second when other processes take
+  turns on the server's core; wall-clock req/s does not, and with the machine shared the
+  wall-clock ratio of the same runs moved by 0.2 either way (README, Performance). "wall
+  ratio" is shown beside it, with "busy" (server CPU / wall time): near 100 % both agree.
+- p50/p99: over every request of every round (bench/common.py says how latencies are timed).
 
-Targets (median of pairs): service / ceiling >= 0.75 for get, list20, list20-status and
-unauthorized, >= 0.65 for create-memory; plane on / off >= 0.95 on every scenario. They are
-reported, not enforced: the exit status is 0 after the tables, 2 when the benchmark can't run
-(no wrk, a server that does not start, answers that differ).
+Targets (ratio): service / ceiling >= 0.75 for get, list20, list20-status and unauthorized,
+>= 0.65 for create-memory; plane on / off >= 0.95 on every scenario. They are reported, not
+enforced: the exit status is 0 after the tables, 2 when the benchmark can't run (no wrk, a
+server that does not start, answers that differ).
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ import http.client
 import os
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,17 +95,24 @@ from common import (
 )
 
 CONNECTIONS: Final = 32
-FILL: Final = 1000  # pets every server gets before timing
+# The defaults: the conditions of the independent harness (README, Performance).
+FILL: Final = 10_000  # pets every server gets before timing
+GET_ID: Final = 4242  # getPet asks for this one id (0: for the ids 1..FILL in turn)
+ROUNDS: Final = 3
+DURATION: Final = 3  # seconds a timed run
+WARMUP: Final = 2  # seconds of the warm-up run of each server, per scenario
 WRONG_KEY: Final = "not-the-key-0123456789"
 STATUSES: Final = ("available", "pending", "sold", None)  # the fill cycles through these
 
 # The servers of a scenario, in the order of even rounds (odd rounds reverse it): the default
-# service (access log on) is next to both the ceiling and the service with the plane on.
+# service (access log on) is next to both the ceiling and the service with the plane on, the
+# bare app next to the ceiling and the service with its log off.
 PLANE_ON: Final = "service, test-control plane on"
 LOG_ON: Final = "service, access log on"
 CEILING: Final = "ceiling"
+BARE: Final = "bare"
 LOG_OFF: Final = "service, access log off"
-ROUND_ORDER: Final = (PLANE_ON, LOG_ON, CEILING, LOG_OFF)
+ROUND_ORDER: Final[tuple[str, ...]] = (PLANE_ON, LOG_ON, CEILING, BARE, LOG_OFF)
 PLANE_FLAGS: Final = ("--admin-key", "bench-admin-key-0123456789")  # journal at its default size
 PLANE_TARGET: Final = 0.95  # plane on / plane off, at least
 
@@ -128,15 +144,26 @@ _CREATE_PROBE: Final = Probe(
     "POST", "/v1/pets", body=b'{"name":"bench-0","categoryId":1,"status":"sold"}'
 )
 
+
+def get_scenario(fill: int, get_id: int) -> Scenario:
+    """getPet of one fixed id, or (get_id 0) of the ids 1..fill in turn."""
+    probes: tuple[Probe, ...] = (
+        Probe("GET", "/v1/pets/1"),
+        Probe("GET", "/v1/pets/4"),
+        Probe("GET", f"/v1/pets/{fill}"),
+    )
+    if get_id:
+        title = f"getPet (id {get_id})"
+        requests = wrk_requests(200, f"/v1/pets/{get_id}")
+        probes = (Probe("GET", f"/v1/pets/{get_id}"), *probes)
+    else:
+        title = f"getPet (ids 1..{fill})"
+        requests = wrk_requests(200, "/v1/pets/{id}", ids=fill)
+    return Scenario("get", title, "memory", requests, probes, 0.75)
+
+
 SCENARIOS: Final = (
-    Scenario(
-        "get",
-        "getPet (ids 1..1000)",
-        "memory",
-        wrk_requests(200, "/v1/pets/{id}", ids=FILL),
-        (Probe("GET", "/v1/pets/1"), Probe("GET", "/v1/pets/4"), Probe("GET", "/v1/pets/1000")),
-        0.75,
-    ),
+    get_scenario(FILL, GET_ID),
     Scenario(
         "list20",
         "listPets limit=20",
@@ -185,23 +212,26 @@ class Options:
     duration: int
     warmup: int
     scenarios: tuple[str, ...]
+    fill: int
+    get_id: int
 
 
 # --------------------------------------------------------------------------- servers
 
 
-def ceiling_argv(pin: Pinning, port: int) -> list[str]:
-    """The ceiling under the service's uvicorn settings (app.py: server_header=False)."""
+def baseline_argv(module: str, pin: Pinning, port: int) -> list[str]:
+    """A baseline (bench.ceiling, bench.bare) under the service's uvicorn settings (app.py:
+    server_header=False)."""
     flags = (
         "--http httptools --loop uvloop --no-access-log --no-server-header --log-level warning"
         f" --host 127.0.0.1 --port {port}"
     )
-    return [*pin.server, sys.executable, "-m", "uvicorn", "bench.ceiling:app", *flags.split()]
+    return [*pin.server, sys.executable, "-m", "uvicorn", f"{module}:app", *flags.split()]
 
 
 @contextlib.contextmanager
 def servers(
-    store: str, tmp: Path, pin: Pinning, start_timeout: float = 60.0
+    store: str, tmp: Path, pin: Pinning, pets: int, start_timeout: float = 60.0
 ) -> Iterator[dict[str, Server]]:
     """The service (access log on and off, plane on) and the ceiling, ready, FILL pets each."""
     with contextlib.ExitStack() as stack:
@@ -227,20 +257,36 @@ def servers(
             environment["CEILING_DATA"] = str(data[CEILING])
         port = free_port()
         running[CEILING] = stack.enter_context(
-            spawn(ceiling_argv(pin, port), tmp / f"{store}-ceiling.log", port, environment)
+            spawn(
+                baseline_argv("bench.ceiling", pin, port),
+                tmp / f"{store}-ceiling.log",
+                port,
+                environment,
+            )
         )
+        if store == "memory":  # the bare app keeps no data file
+            port = free_port()
+            bare_environment = {**environment, "BARE_API_KEY": API_KEY}
+            running[BARE] = stack.enter_context(
+                spawn(
+                    baseline_argv("bench.bare", pin, port),
+                    tmp / f"{store}-bare.log",
+                    port,
+                    bare_environment,
+                )
+            )
         for server in running.values():
             server.wait_ready(start_timeout)
         with ThreadPoolExecutor(len(running)) as pool:
-            list(pool.map(fill, running.values()))
-        yield {name: running[name] for name in ROUND_ORDER}
+            list(pool.map(lambda server: fill(server, pets), running.values()))
+        yield {name: running[name] for name in ROUND_ORDER if name in running}
 
 
-def fill(server: Server) -> None:
-    """FILL creates, one at a time so that every server gets the same ids."""
+def fill(server: Server, pets: int) -> None:
+    """`pets` creates, one at a time so that every server gets the same ids."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
-        for number in range(1, FILL + 1):
+        for number in range(1, pets + 1):
             status = STATUSES[(number - 1) % len(STATUSES)]
             status_part = f',"status":"{status}"' if status else ""
             body = f'{{"name":"pet-{number}","categoryId":{number % 100}{status_part}}}'
@@ -323,7 +369,7 @@ def measure(
     scenario: Scenario, running: dict[str, Server], options: Options, pin: Pinning
 ) -> Measured:
     print(f"  {scenario.title} ...", file=sys.stderr, flush=True)
-    loads = {name: (running[name], scenario.requests) for name in ROUND_ORDER}
+    loads = {name: (running[name], scenario.requests) for name in ROUND_ORDER if name in running}
     runs = alternate(
         loads,
         connections=CONNECTIONS,
@@ -339,22 +385,41 @@ def per_second(run: WrkResult) -> float:
     return run.per_second
 
 
-def table(service: str, results: Sequence[Measured], options: Options) -> list[Target]:
+SHORT: Final = {
+    PLANE_ON: "plane",
+    LOG_ON: "svc",
+    LOG_OFF: "svc",
+    CEILING: "ceil",
+    BARE: "bare",
+}
+
+
+def table(
+    server: str,
+    baseline: str,
+    results: Sequence[Measured],
+    judge: Callable[[Scenario], float | None] = lambda scenario: None,
+) -> list[Target]:
+    """`server` against `baseline`, a row a scenario: the ratio is of requests per CPU-second of
+    the server, pair by pair; `judge` gives a scenario's target for it, or None."""
     rows = []
     targets = []
     notes = []
+    mine_short, theirs_short = SHORT[server], SHORT[baseline]
     for measured in results:
         scenario = measured.scenario
-        mine, ceiling = measured.runs[service], measured.runs[CEILING]
-        ratios = pair_ratios(mine, ceiling, per_second)
+        if baseline not in measured.runs:
+            continue
+        mine, theirs = measured.runs[server], measured.runs[baseline]
+        ratios = pair_ratios(mine, theirs, per_cpu_second)
         ratio = statistics.median(ratios)
         target = ""
-        if scenario.target is not None:
-            passed = ratio >= scenario.target
-            target = f">= {scenario.target:.2f} {verdict(passed)}"
+        if (minimum := judge(scenario)) is not None:
+            passed = ratio >= minimum
+            target = f">= {minimum:.2f} {verdict(passed)}"
             targets.append(
                 Target(
-                    f"{scenario.title}, {service}: service/ceiling >= {scenario.target:.2f}",
+                    f"{scenario.title}: {server} / {baseline} >= {minimum:.2f}",
                     f"{ratio:.3f}",
                     passed,
                 )
@@ -362,40 +427,39 @@ def table(service: str, results: Sequence[Measured], options: Options) -> list[T
         rows.append(
             [
                 scenario.title,
-                f"{statistics.median(r.per_second for r in mine):,.0f}",
-                f"{statistics.median(r.per_second for r in ceiling):,.0f}",
                 f"{ratio:.3f}",
                 f"{min(ratios):.2f}..{max(ratios):.2f}",
                 *p50_p99(mine),
-                *p50_p99(ceiling),
+                *p50_p99(theirs),
                 f"{statistics.median(per_cpu_second(r) for r in mine):,.0f}",
-                f"{statistics.median(per_cpu_second(r) for r in ceiling):,.0f}",
-                f"{statistics.median(pair_ratios(mine, ceiling, per_cpu_second)):.3f}",
+                f"{statistics.median(per_cpu_second(r) for r in theirs):,.0f}",
+                f"{statistics.median(pair_ratios(mine, theirs, per_second)):.3f}",
+                f"{statistics.median(r.per_second for r in mine):,.0f}",
+                f"{statistics.median(r.per_second for r in theirs):,.0f}",
                 f"{statistics.median(r.server_cpu for r in mine):.0%}/"
-                f"{statistics.median(r.server_cpu for r in ceiling):.0%}",
+                f"{statistics.median(r.server_cpu for r in theirs):.0%}",
                 target,
             ]
         )
-        for name, runs in ((service, mine), (CEILING, ceiling)):
+        for name, runs in ((server, mine), (baseline, theirs)):
             if errors := sum(run.errors for run in runs):
                 notes.append(f"{scenario.title}: {errors} unexpected answers or errors ({name})")
     print_table(
-        f"{service.capitalize()} vs. ceiling: wrk -t1 -c{CONNECTIONS}, {options.rounds} rounds "
-        f"of {options.duration} s per server (latency in ms)",
+        f"{server.capitalize()} vs. {baseline} (ratio: req/CPU-s, median of pairs; latency in ms)",
         [
             "scenario",
-            "svc req/s",
-            "ceil req/s",
             "ratio",
             "pairs",
-            "svc p50",
-            "svc p99",
-            "ceil p50",
-            "ceil p99",
-            "svc req/CPU-s",
-            "ceil req/CPU-s",
-            "CPU ratio",
-            "busy svc/ceil",
+            f"{mine_short} p50",
+            f"{mine_short} p99",
+            f"{theirs_short} p50",
+            f"{theirs_short} p99",
+            f"{mine_short} req/CPU-s",
+            f"{theirs_short} req/CPU-s",
+            "wall ratio",
+            f"{mine_short} req/s",
+            f"{theirs_short} req/s",
+            f"busy {mine_short}/{theirs_short}",
             "target",
         ],
         rows,
@@ -406,79 +470,39 @@ def table(service: str, results: Sequence[Measured], options: Options) -> list[T
 
 
 def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
-    chosen = [s for s in SCENARIOS if s.name in options.scenarios]
+    every = [get_scenario(options.fill, options.get_id), *SCENARIOS[1:]]
+    chosen = [s for s in every if s.name in options.scenarios]
     results: list[Measured] = []
     access_lines = 0
     for store in ("memory", "file"):
         scenarios = [s for s in chosen if s.store == store]
         if not scenarios:
             continue
-        starting = f"{store} store: starting {len(ROUND_ORDER)} servers, {FILL} pets each"
-        print(starting, file=sys.stderr)
-        with servers(store, tmp, pin) as running:
+        print(f"{store} store: starting the servers, {options.fill} pets each", file=sys.stderr)
+        with servers(store, tmp, pin, options.fill) as running:
             for warning in check_same_answers(scenarios, running):
                 print(f"warning: {warning}")
             results += [measure(s, running, options, pin) for s in scenarios]
             access_lines += _count_access_lines(running[LOG_ON].log)
+    get = f"id {options.get_id}" if options.get_id else f"ids 1..{options.fill} in turn"
     print(
         f"\n{len(chosen)} scenario(s); every answer checked equal to the ceiling's first "
         f"(status and body). The service with its access log on wrote {access_lines:,} "
-        "access-log lines."
+        f"access-log lines.\nEvery server: {options.fill:,} pets created by POST first, getPet "
+        f"of {get}; per scenario a {options.warmup} s warm-up run per server, then "
+        f"{options.rounds} rounds of {options.duration} s per server (wrk -t1 -c{CONNECTIONS}), "
+        "servers in alternating order. ratio: requests per CPU-second of the server, a run of "
+        "each in the same round taken as a pair, the median of the pairs; 'pairs' the lowest "
+        "and highest. p50/p99 over every request of every round; 'wall ratio' the same pairs "
+        "by wall-clock req/s; 'busy' server CPU / wall time."
     )
+    for service in (LOG_ON, LOG_OFF):
+        table(service, BARE, results)
     targets = []
     for service in (LOG_ON, LOG_OFF):
-        targets += table(service, results, options)
-    return targets + plane_table(results, options)
-
-
-def plane_table(results: Sequence[Measured], options: Options) -> list[Target]:
-    """What the test-control plane costs when it is on: the service with an admin key (the
-    journal at its default size) against the default service, pair by pair."""
-    rows, targets = [], []
-    for measured in results:
-        on, off = measured.runs[PLANE_ON], measured.runs[LOG_ON]
-        ratios = pair_ratios(on, off, per_second)
-        ratio = statistics.median(ratios)
-        cpu_ratio = statistics.median(pair_ratios(on, off, per_cpu_second))
-        passed = ratio >= PLANE_TARGET
-        rows.append(
-            [
-                measured.scenario.title,
-                f"{statistics.median(r.per_second for r in on):,.0f}",
-                f"{statistics.median(r.per_second for r in off):,.0f}",
-                f"{ratio:.3f}",
-                f"{min(ratios):.2f}..{max(ratios):.2f}",
-                f"{cpu_ratio:.3f}",
-                *p50_p99(on),
-                *p50_p99(off),
-                f">= {PLANE_TARGET:.2f} {verdict(passed)}",
-            ]
-        )
-        targets.append(
-            Target(
-                f"{measured.scenario.title}: plane on / off >= {PLANE_TARGET:.2f}",
-                f"{ratio:.3f}",
-                passed,
-            )
-        )
-    print_table(
-        f"Test-control plane on (admin key, journal of 1,000) vs. off, access log on: "
-        f"{options.rounds} rounds of {options.duration} s (latency in ms)",
-        [
-            "scenario",
-            "on req/s",
-            "off req/s",
-            "ratio",
-            "pairs",
-            "CPU ratio",
-            "on p50",
-            "on p99",
-            "off p50",
-            "off p99",
-            "target",
-        ],
-        rows,
-    )
+        targets += table(service, CEILING, results, lambda scenario: scenario.target)
+    table(CEILING, BARE, results)
+    targets += table(PLANE_ON, LOG_ON, results, lambda scenario: PLANE_TARGET)
     return targets
 
 
@@ -493,24 +517,42 @@ def _count_access_lines(log: Path) -> int:
 
 def main(argv: Sequence[str]) -> int:
     parser = argument_parser(
-        "bench/run.py", "Service vs. a bare ASGI ceiling: req/s, latency, CPU.", duration=1
+        "bench/run.py",
+        "The service vs. a bare ASGI app and vs. the ceiling: req/CPU-s, latency.",
+        duration=DURATION,
+        warmup=WARMUP,
     )
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per scenario")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds per scenario")
     parser.add_argument(
         "--scenario",
         action="append",
         metavar="NAME",
         help=f"run only these (repeatable or comma-separated): {', '.join(NAMES)}",
     )
-    parser.add_argument("--quick", action="store_true", help="2 rounds of 1 s: a smoke run")
+    parser.add_argument("--fill", type=int, default=FILL, help="pets created before timing")
+    parser.add_argument(
+        "--get-id",
+        type=int,
+        default=GET_ID,
+        help="getPet asks for this id only (0: 1..fill in turn)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="2 rounds of 1 s after 1 s warm-up: a smoke run"
+    )
     flags = parse_arguments(parser, argv)
     chosen = [name.strip() for text in flags.scenario or [] for name in text.split(",")]
     if unknown := [name for name in chosen if name not in NAMES]:
         parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(NAMES)}")
     if flags.rounds < 1:
         parser.error("--rounds is at least 1")
-    rounds, duration = (2, 1) if flags.quick else (flags.rounds, flags.duration)
-    chosen_options = Options(rounds, duration, flags.warmup, tuple(chosen or NAMES))
+    rounds, duration, warmup = (
+        (2, 1, 1) if flags.quick else (flags.rounds, flags.duration, flags.warmup)
+    )
+    if not 1 <= flags.get_id <= flags.fill and flags.get_id != 0:
+        parser.error("--get-id is 0 (every id in turn) or one of the ids 1..--fill")
+    chosen_options = Options(
+        rounds, duration, warmup, tuple(chosen or NAMES), flags.fill, flags.get_id
+    )
     return run_benchmark(
         lambda tmp, pin: bench(tmp, chosen_options, pin),
         flags.tmp_dir,
