@@ -1,8 +1,8 @@
-"""The test-control plane's endpoints under /_admin: reset, the request journal, fault rules."""
+"""The test-control plane under /_admin: reset, the journal, fault rules, and its document."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from starlette.responses import Response
 from starlette.routing import Route
@@ -10,10 +10,22 @@ from starlette.types import Receive, Scope
 
 from faults import CLOSE_EXTENSION, Faults, check_rule
 from journal import Journal
-from openapi import admin_openapi_document
+from openapi import components, error, json_content, string_header, unauthorized_response
 from parsing import decode_fault_rule, integer, query, read_body, require_json
 from routing import Endpoint, JSONResponse, NoContent, Refused, invalid
-from schemas import ErrorCode, ResetDone, encoder
+from schemas import (
+    DELAY_MAX_MS,
+    RETRY_AFTER_STATUSES,
+    Error,
+    ErrorCode,
+    FaultRule,
+    NewFaultRule,
+    ResetDone,
+    encoder,
+)
+from schemas import (
+    Journal as JournalDocument,
+)
 from store import PetStore, ResetUnavailable
 
 ADMIN_PREFIX: Final = "/_admin"
@@ -117,3 +129,161 @@ class ControlPlane:
         if root_path not in self.openapi_cache:
             self.openapi_cache[root_path] = encoder.encode(admin_openapi_document(root_path))
         return JSONResponse(self.openapi_cache[root_path])
+
+
+# What faults.check_rule checks, said in JSON Schema (schemathesis holds the two to each other):
+# one of status, delayMs or drop: true; not status with drop: true; retryAfter only with 429/503.
+_DROP: Final = {"required": ["drop"], "properties": {"drop": {"const": True}}}
+_RULE_COMBINATIONS: Final = [
+    {"anyOf": [{"required": ["status"]}, {"required": ["delayMs"]}, _DROP]},
+    {"not": {"allOf": [{"required": ["status"]}, _DROP]}},
+    {
+        "if": {"required": ["retryAfter"]},
+        "then": {
+            "required": ["status"],
+            "properties": {"status": {"enum": list(RETRY_AFTER_STATUSES)}},
+        },
+    },
+]
+
+
+def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the test-control plane under /_admin."""
+    (new_rule_ref, rule_ref, journal_ref, reset_ref, _), schemas = components(
+        NewFaultRule, FaultRule, JournalDocument, ResetDone, Error
+    )
+    schemas["NewFaultRule"]["allOf"] = _RULE_COMBINATIONS
+    unauthorized = unauthorized_response("admin key")
+    done = {"description": "Done"}
+
+    def operation(operation_id: str, summary: str, responses: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "operationId": operation_id,
+            "summary": summary,
+            "description": summary,
+            "tags": ["control"],
+            "responses": {**responses, "401": unauthorized},
+        }
+
+    def query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "description": description,
+            "schema": schema,
+        }
+
+    list_requests = operation(
+        "listRequests",
+        "The journal of requests under /v1, oldest first, with no credential in it",
+        {
+            "200": {"description": "The journal", "content": json_content(journal_ref)},
+            "400": error("A filter holds an invalid value", ErrorCode.VALIDATION_ERROR),
+        },
+    )
+    list_requests["parameters"] = [
+        query("method", "Only requests with this method", {"type": "string"}),
+        query("path", "Only requests for exactly this path", {"type": "string"}),
+        query(
+            "status",
+            "Only requests answered with this status",
+            {"type": "integer", "minimum": 100, "maximum": 599},
+        ),
+        query("limit", "Only the newest N of those", {"type": "integer", "minimum": 1}),
+    ]
+    add_fault = operation(
+        "addFault",
+        f"Make a fault rule: a status, a delay (up to {DELAY_MAX_MS} ms) or a dropped "
+        "connection, for one operation or all",
+        {
+            "201": {
+                "description": "The rule in force, with its id",
+                "headers": {"Location": {**string_header("Path of the rule"), "required": True}},
+                "content": json_content(rule_ref),
+            },
+            "400": error(
+                "The body is not JSON, or not a fault rule",
+                ErrorCode.MALFORMED_JSON,
+                ErrorCode.VALIDATION_ERROR,
+            ),
+            "413": error("The body is over the size limit", ErrorCode.PAYLOAD_TOO_LARGE),
+            "415": error("The body is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+        },
+    )
+    add_fault["requestBody"] = {"required": True, "content": json_content(new_rule_ref)}
+    remove_fault = operation(
+        "removeFault",
+        "Remove one fault rule",
+        {"204": done, "404": error("No fault rule has this id", ErrorCode.NOT_FOUND)},
+    )
+    remove_fault["parameters"] = [
+        {
+            "name": "ruleId",
+            "in": "path",
+            "required": True,
+            "description": "Id of the rule",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    ]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Petstore test-control plane",
+            "version": "1.0.0",
+            "description": "Reset, the request journal and fault rules, for integration tests. "
+            "There only when the service is started with an admin key.",
+            "license": {"name": "MIT", "identifier": "MIT"},
+        },
+        "servers": [{"url": f"{root_path}/_admin"}],
+        "tags": [{"name": "control", "description": "The test-control plane"}],
+        "security": [{"adminAuth": []}],
+        "paths": {
+            "/reset": {
+                "post": operation(
+                    "reset",
+                    "Put the in-memory store back to its state right after start (the seed, "
+                    "ids included) and empty the journal and the fault rules",
+                    {
+                        "200": {"description": "Pets now", "content": json_content(reset_ref)},
+                        "409": error(
+                            "The store keeps its pets in a file or a database",
+                            ErrorCode.RESET_UNAVAILABLE,
+                        ),
+                    },
+                )
+            },
+            "/requests": {
+                "get": list_requests,
+                "delete": operation("clearRequests", "Empty the journal", {"204": done}),
+            },
+            "/faults": {
+                "get": operation(
+                    "listFaults",
+                    "The fault rules in force, in creation order",
+                    {
+                        "200": {
+                            "description": "The rules",
+                            "content": json_content({"type": "array", "items": rule_ref}),
+                        }
+                    },
+                ),
+                "post": add_fault,
+                "delete": operation("clearFaults", "Remove every fault rule", {"204": done}),
+            },
+            "/faults/{ruleId}": {"delete": remove_fault},
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "adminAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Authorization: Bearer <admin key>",
+                }
+            },
+            "headers": {
+                "WWW-Authenticate": {**string_header("RFC 6750 challenge"), "required": True}
+            },
+        },
+    }

@@ -7,7 +7,7 @@ by joining them. It is the "bare ASGI app" a user compares a service with: the f
 answers uvicorn (httptools, uvloop) can send, so that service / bare says what everything
 above uvicorn costs, the ceiling's work included.
 
-    BARE_API_KEY=KEY python -m uvicorn bench.bare:app \\
+    PYTHONPATH=bench BARE_API_KEY=KEY python -m uvicorn bench.bare:app \\
         --http httptools --loop uvloop --no-access-log --no-server-header --log-level warning
 
 Requests it knows: GET /v1/pets/{id}, GET /v1/pets?limit=N[&status=S][&after=ID], POST
@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Final
+
+from asgi import DEPRECATED, JSON, Headers, Message, Receive, Scope, Send
 
 from schemas import (
     BEARER_REALM,
-    DEPRECATION,
-    SUCCESSOR_PATH,
-    SUNSET,
     Error,
     ErrorCode,
     Pet,
@@ -35,24 +33,11 @@ from schemas import (
     new_pet_decoder,
 )
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
-
-_JSON: Final = (b"content-type", b"application/json")
-_DEPRECATED: Final = (
-    (b"deprecation", DEPRECATION.encode()),
-    (b"sunset", SUNSET.encode()),
-    (b"link", f'<{SUCCESSOR_PATH}>; rel="successor-version"'.encode()),
-)
-
 
 def _refusal(challenge: str, message: str, deprecated: bool) -> Message:
     body = encoder.encode(Error(code=ErrorCode.UNAUTHORIZED, message=message, status=401))
     headers = [(b"www-authenticate", challenge.encode()), (b"content-length", b"%d" % len(body))]
-    return {"body": body, "headers": [*headers, _JSON, *(_DEPRECATED if deprecated else ())]}
+    return {"body": body, "headers": [*headers, JSON, *(DEPRECATED if deprecated else ())]}
 
 
 _MISSING: Final = f'Bearer realm="{BEARER_REALM}"'
@@ -85,7 +70,7 @@ class Bare:
             return
         path: str = scope["path"]
         if path == "/readyz":
-            await _send(send, 200, b'{"status":"ready"}', [(b"content-length", b"18"), _JSON])
+            await _send(send, 200, b'{"status":"ready"}', [(b"content-length", b"18"), JSON])
             return
         authorization = None
         for name, value in scope["headers"]:
@@ -101,7 +86,7 @@ class Bare:
             if 1 <= pet_id <= len(self.pets):
                 body = self.pets[pet_id - 1]
                 await _send(
-                    send, 200, body, [(b"content-length", b"%d" % len(body)), _JSON, *_DEPRECATED]
+                    send, 200, body, [(b"content-length", b"%d" % len(body)), JSON, *DEPRECATED]
                 )
             else:
                 await _send(send, 404, b"", _NOT_FOUND)
@@ -129,7 +114,7 @@ class Bare:
             pets, start = self.pets, min(after, len(self.pets))
         page = pets[start : start + limit]
         body = b"[" + b",".join(page) + b"]"
-        headers = [(b"content-length", b"%d" % len(body)), _JSON]
+        headers = [(b"content-length", b"%d" % len(body)), JSON]
         if start + limit < len(pets):
             last = ids[start + limit - 1] if status else start + limit
             status_part = b"&status=" + status if status else b""
@@ -157,7 +142,7 @@ class Bare:
         headers = [
             (b"location", b"/v1/pets/%d" % pet_id),
             (b"content-length", b"%d" % len(answer)),
-            _JSON,
+            JSON,
         ]
         await _send(send, 201, answer, headers)
 

@@ -4,7 +4,7 @@ No framework, no middleware, no routing table: the least work that still answers
 bytes as the service (app.py) for the benchmark's requests, so that "service / ceiling" says
 what the service's own code costs on top of uvicorn, msgspec and the store's data structures.
 
-    CEILING_API_KEY=KEY [CEILING_DATA=FILE] python -m uvicorn bench.ceiling:app \\
+    PYTHONPATH=bench CEILING_API_KEY=KEY [CEILING_DATA=FILE] python -m uvicorn bench.ceiling:app \\
         --http httptools --loop uvloop --no-access-log --no-server-header --log-level warning
 
 What it does, as app.py does it:
@@ -33,19 +33,16 @@ import hashlib
 import hmac
 import operator
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Final
 
 import msgspec
+from asgi import DEPRECATED, JSON, Headers, Receive, Scope, Send
 
 from schemas import (
     BEARER_REALM,
-    DEPRECATION,
     INT64_MAX,
     LIMIT_DEFAULT,
     LIMIT_MAX,
-    SUCCESSOR_PATH,
-    SUNSET,
     Error,
     ErrorCode,
     Pet,
@@ -54,18 +51,6 @@ from schemas import (
     new_pet_decoder,
 )
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-Headers = list[tuple[bytes, bytes]]
-
-_JSON: Final = (b"content-type", b"application/json")
-_DEPRECATED: Final = [
-    (b"deprecation", DEPRECATION.encode()),
-    (b"sunset", SUNSET.encode()),
-    (b"link", f'<{SUCCESSOR_PATH}>; rel="successor-version"'.encode()),
-]
 _STATUSES: Final = {status.value.encode(): status for status in PetStatus}
 _PET_ID: Final = operator.attrgetter("id")
 
@@ -77,7 +62,7 @@ def _error(status: int, code: ErrorCode, message: str) -> bytes:
 def _unauthorized(challenge: str, message: str) -> tuple[bytes, Headers]:
     body = _error(401, ErrorCode.UNAUTHORIZED, message)
     headers = [(b"www-authenticate", challenge.encode()), (b"content-length", b"%d" % len(body))]
-    return body, [*headers, _JSON]
+    return body, [*headers, JSON]
 
 
 # The two 401s, built once: no key (or another scheme), and a key that is not accepted.
@@ -173,7 +158,7 @@ class Ceiling:
             refused = self.authorized(scope["headers"])
             if refused is not None:
                 body, headers = refused
-                await _answer(send, 401, body, [*headers, *_DEPRECATED] if getting_pet else headers)
+                await _answer(send, 401, body, [*headers, *DEPRECATED] if getting_pet else headers)
             elif path == "/v1/pets":
                 if method == "GET":
                     await self.list_pets(scope, send)
@@ -214,7 +199,7 @@ class Ceiling:
             start = bisect.bisect_right(pets, after, key=_PET_ID)
         page = pets[start : start + limit]
         body = encoder.encode(page)
-        headers = [(b"content-length", b"%d" % len(body)), _JSON]
+        headers = [(b"content-length", b"%d" % len(body)), JSON]
         if start + limit < len(pets):
             status_part = f"&status={status.value}" if status else ""
             link = f'</v1/pets?limit={limit}{status_part}&after={page[-1].id}>; rel="next"'
@@ -263,7 +248,7 @@ class Ceiling:
         headers = [
             (b"location", b"/v1/pets/%d" % pet.id),
             (b"content-length", b"%d" % len(body)),
-            _JSON,
+            JSON,
         ]
         await _answer(send, 201, body, headers)
 
@@ -277,20 +262,20 @@ class Ceiling:
         else:
             body = _error(404, ErrorCode.NOT_FOUND, f"No pet has id {pet_id}")
             status = 404
-        headers = [(b"content-length", b"%d" % len(body)), _JSON, *_DEPRECATED]
+        headers = [(b"content-length", b"%d" % len(body)), JSON, *DEPRECATED]
         await _answer(send, status, body, headers)
 
 
 async def _answer(send: Send, status: int, body: bytes, headers: Headers) -> None:
     if not headers:
-        headers = [(b"content-length", b"%d" % len(body)), _JSON]
+        headers = [(b"content-length", b"%d" % len(body)), JSON]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
 async def _refuse(send: Send, status: int, code: ErrorCode, message: str) -> None:
     body = _error(status, code, message)
-    await _answer(send, status, body, [(b"content-length", b"%d" % len(body)), _JSON])
+    await _answer(send, status, body, [(b"content-length", b"%d" % len(body)), JSON])
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

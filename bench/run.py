@@ -73,6 +73,7 @@ from typing import Final
 
 from common import (
     API_KEY,
+    BENCH,
     CREATES,
     BenchError,
     Pinning,
@@ -251,30 +252,21 @@ def servers(
                 serve(data_flag(LOG_OFF), tmp / f"{store}-log-off.log", pin)
             ),
         }
+        # The baselines import bench/asgi.py as `asgi`: the bench directory goes on their path.
         environment = {n: v for n, v in os.environ.items() if not n.startswith("CEILING_")}
-        environment["CEILING_API_KEY"] = API_KEY
+        environment |= {"PYTHONPATH": str(BENCH), "CEILING_API_KEY": API_KEY}
+        environment |= {"BARE_API_KEY": API_KEY}
         if store == "file":
             environment["CEILING_DATA"] = str(data[CEILING])
-        port = free_port()
-        running[CEILING] = stack.enter_context(
-            spawn(
-                baseline_argv("bench.ceiling", pin, port),
-                tmp / f"{store}-ceiling.log",
-                port,
-                environment,
-            )
-        )
-        if store == "memory":  # the bare app keeps no data file
+
+        def baseline(name: str, module: str) -> Server:
             port = free_port()
-            bare_environment = {**environment, "BARE_API_KEY": API_KEY}
-            running[BARE] = stack.enter_context(
-                spawn(
-                    baseline_argv("bench.bare", pin, port),
-                    tmp / f"{store}-bare.log",
-                    port,
-                    bare_environment,
-                )
-            )
+            argv = baseline_argv(module, pin, port)
+            return stack.enter_context(spawn(argv, tmp / f"{store}-{name}.log", port, environment))
+
+        running[CEILING] = baseline("ceiling", "bench.ceiling")
+        if store == "memory":  # the bare app keeps no data file
+            running[BARE] = baseline("bare", "bench.bare")
         for server in running.values():
             server.wait_ready(start_timeout)
         with ThreadPoolExecutor(len(running)) as pool:
