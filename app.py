@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
+from database import DatabaseError, DatabaseStore
 from datafile import DataFileError, FileStore
 from docs import Docs
 from faults import Faults
@@ -90,7 +91,10 @@ class PetRoutes:
 
     async def list_pets(self, scope: Scope, receive: Receive) -> Response:
         limit, status, after = list_query(scope["query_string"])
-        page = await self.store.page(limit=limit, status=status, after=after)
+        try:
+            page = await self.store.page(limit=limit, status=status, after=after)
+        except StorageUnavailable as error:
+            raise Refused(503, ErrorCode.STORAGE_UNAVAILABLE, str(error)) from None
         if not page.has_more:
             return JSONResponse(encoder.encode(page.pets))
         query = f"limit={limit}&status={status.value}" if status else f"limit={limit}"
@@ -129,7 +133,10 @@ class PetRoutes:
         pet_id = integer(text)
         if pet_id is None or not INT64_MIN <= pet_id <= INT64_MAX:
             raise invalid(f"petId must be an integer from {INT64_MIN} to {INT64_MAX}")
-        pet = await self.store.get(pet_id)
+        try:
+            pet = await self.store.get(pet_id)
+        except StorageUnavailable as error:
+            raise Refused(503, ErrorCode.STORAGE_UNAVAILABLE, str(error)) from None
         if pet is None:
             raise Refused(404, ErrorCode.NOT_FOUND, f"No pet has id {pet_id}")
         return JSONResponse(encoder.encode(pet))
@@ -300,6 +307,13 @@ def open_store(settings: Settings) -> PetStore:
             seed_pets(seed, last_id=0)  # a bad seed stops the start before any file is made
         except ValueError as error:
             raise SettingsError(f"seed file {settings.seed}: {error}") from None
+    if settings.database is not None:
+        database = DatabaseStore(settings.database, seed or ())
+        try:
+            database.prepare_now()  # seeds an empty database; waits for none that is down
+        except DatabaseError as error:
+            raise SettingsError(str(error)) from None
+        return database
     try:
         store: PetStore = MemoryStore() if settings.data is None else FileStore(settings.data)
     except DataFileError as error:
@@ -351,7 +365,8 @@ def __getattr__(name: str) -> Any:
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         configure_logging(settings, uvicorn_too=settings.log_format == "json")
         settings = with_key(settings, sys.stdout)
-        if multiprocessing.parent_process() is not None and settings.data is None:
+        one_process = settings.data is None and settings.database is None
+        if multiprocessing.parent_process() is not None and one_process:
             raise SettingsError(
                 "several workers would each keep their own in-memory pets: run one worker"
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,9 @@ class Settings:
     journal_size: int = 1000
     log_format: str = "text"  # or "json": one JSON object a line
     metrics: bool = True  # GET /metrics, and the counting behind it
+    database: str | None = dataclasses.field(
+        default=None, repr=False
+    )  # a libpq URL: it may hold a password
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--journal-size", metavar="N", help="requests the journal keeps")
     parser.add_argument("--log-format", metavar="FORMAT", help="text|json (PETSTORE_LOG_FORMAT)")
     parser.add_argument("--metrics", metavar="SWITCH", help="on|off: GET /metrics")
+    parser.add_argument(
+        "--database", metavar="URL", help="keep pets in PostgreSQL (PETSTORE_DATABASE_URL)"
+    )
     return parser
 
 
@@ -113,6 +120,16 @@ def _switch(text: str, name: str) -> bool:
     return text == "on"
 
 
+def _database_url(text: str, name: str) -> str | None:
+    # The message never shows the text: it may hold a password.
+    scheme = text.partition("://")[0]
+    if text and (scheme not in ("postgresql", "postgres") or not text.partition("://")[2]):
+        raise SettingsError(
+            f"{name}: expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        )
+    return text or None
+
+
 def _seconds(text: str, name: str) -> float:
     try:
         seconds = float(text)
@@ -136,6 +153,7 @@ _SOURCES: Final = (
     ("journal_size", "PETSTORE_JOURNAL_SIZE", _integer(0, 1_000_000)),
     ("log_format", "PETSTORE_LOG_FORMAT", _log_format),
     ("metrics", "PETSTORE_METRICS", _switch),
+    ("database", "PETSTORE_DATABASE_URL", _database_url),
 )
 
 
@@ -213,6 +231,8 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
             values[field] = parse(flag, "--" + field.replace("_", "-"))
         elif variable in environ:
             values[field] = parse(environ[variable], variable)
+    if values.get("data") and values.get("database"):
+        raise SettingsError("--data and --database: pets live in a file or in a database, not both")
     return Settings(**values)
 
 

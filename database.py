@@ -1,0 +1,427 @@
+"""The database: pets in PostgreSQL, shared by any number of service processes (DatabaseStore)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime
+import logging
+import time
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import asyncpg
+
+from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
+from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder
+from store import Added, Page, ResetUnavailable, StorageUnavailable, seed_pets
+
+logger = logging.getLogger("petstore.store")
+# A connection of its own (at the start) or one the pool lends.
+Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
+SCHEMA_VERSION: Final = 1
+# Taken while a process makes the tables or seeds them, so that replicas starting together
+# don't race (CREATE TABLE IF NOT EXISTS alone is not safe under concurrency).
+_SCHEMA_LOCK: Final = 0x7065_7473_746F_7265  # "petstore"
+
+# One row a pet: `pet` is the Pet as the service serves it (a `json` column keeps a name's
+# \u0000 as written; `text` and `jsonb` can't hold it), `status` beside it for the index that
+# listPets by status walks. `petstore_ids` is one row: the next id to hand out and the number
+# of pets. Its row lock is what orders the ids (see DatabaseStore).
+_TABLES: Final = (
+    """CREATE TABLE petstore_pets (
+        id bigint PRIMARY KEY,
+        status text,
+        pet json NOT NULL,
+        idempotency_key text UNIQUE,
+        keyed_at timestamptz
+    )""",
+    "CREATE INDEX petstore_pets_by_status ON petstore_pets (status, id)",
+    "CREATE TABLE petstore_ids (next_id bigint NOT NULL, pets bigint NOT NULL)",
+    "INSERT INTO petstore_ids VALUES (1, 0)",
+)
+_INSERT: Final = """
+    INSERT INTO petstore_pets (id, status, pet, idempotency_key, keyed_at)
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::json[], $4::text[], $5::timestamptz[])
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id"""
+_RESERVE: Final = (
+    "UPDATE petstore_ids SET next_id = next_id + $1, pets = pets + $1 RETURNING next_id - $1"
+)
+_GET: Final = "SELECT pet FROM petstore_pets WHERE id = $1"
+_PAGE: Final = "SELECT pet FROM petstore_pets WHERE id > $1 ORDER BY id LIMIT $2"
+_PAGE_BY_STATUS: Final = (
+    "SELECT pet FROM petstore_pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
+)
+_KEYED: Final = "SELECT pet FROM petstore_pets WHERE idempotency_key = $1"
+
+# What an unreachable, stopping or refusing server raises: the request gets a 503, and the
+# service waits for it to come back. Anything else is a bug and answers 500.
+UNAVAILABLE: Final = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,  # "connection is closed"
+    asyncpg.exceptions.OperatorInterventionError,  # shutting down, starting up, canceled
+    asyncpg.exceptions.InsufficientResourcesError,  # disk full, too many connections
+    asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
+    asyncpg.exceptions.InvalidCatalogNameError,  # no such database
+    asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
+)
+CONNECT_SECONDS: Final = 5.0
+STATEMENT_SECONDS: Final = 10.0
+POOL_SIZE: Final = 8
+PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked
+RETRY_SECONDS: Final = 0.25  # how often, during an outage, whether it is over
+
+
+class DatabaseError(Exception):
+    """The database can't be used by this service; the text says why (never the password)."""
+
+
+def describe(url: str) -> str:
+    """The URL as logs may show it: host, port and database, never the user's password."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qs(parts.query)
+    host = parts.hostname or "".join(query.get("host", [])) or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{host}{port}{parts.path or '/'}"
+
+
+@dataclass(slots=True)
+class _Create:
+    new_pet: NewPet
+    key: str | None
+    done: asyncio.Future[Pet | None]  # None: another replica stored a create with this key
+    made_at: datetime.datetime | None = field(default=None)
+
+
+class DatabaseStore:
+    """Pets in PostgreSQL. Any number of processes share one database.
+
+    Ids become visible in increasing order across every replica, which a sequence can't give
+    (id 7 may commit before id 6, and a reader paging with `after=7` would never see 6). Each
+    process has one writer task that takes every create queued since its last commit and, in
+    one transaction, reserves a block of ids from the `petstore_ids` row, inserts the batch in
+    one statement and commits. The row stays locked until the commit, so a block with higher
+    ids commits after every lower one; and concurrent creates share one commit (group commit,
+    as the data file does). Idempotency keys are a unique column: a retry sent to another
+    replica finds its key there.
+    """
+
+    def __init__(self, url: str, seed: Sequence[SeedPet] = ()) -> None:
+        self.url = url
+        self.where = describe(url)
+        self._password = urllib.parse.unquote(urllib.parse.urlsplit(url).password or "")
+        self._seed = seed
+        self._prepared = False  # the tables are there, with our schema version
+        self._fatal: str | None = None  # a newer schema, found after the start
+        self._outage: str | None = None
+        self._outage_began = 0.0
+        self._count = 0
+        self._pending: list[_Create] = []
+        self._in_flight: set[str] = set()  # keys whose create this process has queued
+        self._pool: asyncpg.Pool | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake_writer = asyncio.Event()
+        self._wake_probe = asyncio.Event()
+        self._closing = False
+
+    # Before serving.
+
+    def prepare_now(self) -> None:
+        """Make the tables (and seed them) before the service listens, so that a newer schema
+        stops the start; if the database can't be reached, say so once and let the service
+        start anyway (readyz 503 until it is back). Runs its own event loop in a thread: the
+        caller may be inside uvicorn's."""
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            thread.submit(asyncio.run, self._prepare_once()).result()
+
+    async def _prepare_once(self) -> None:
+        try:
+            connection = await asyncpg.connect(self.url, timeout=CONNECT_SECONDS)
+        except UNAVAILABLE as error:
+            self._went_down(error, "waiting for it")
+            return
+        try:
+            await self._prepare(connection)
+        except UNAVAILABLE as error:
+            self._went_down(error, "waiting for it")
+        finally:
+            with contextlib.suppress(*UNAVAILABLE):
+                await connection.close(timeout=CONNECT_SECONDS)
+
+    async def _prepare(self, connection: Connection) -> None:
+        """Tables and schema version, the seed into a database that never had a pet; raises
+        DatabaseError for a schema this version doesn't know."""
+        async with connection.transaction():
+            await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+            await connection.execute(
+                "CREATE TABLE IF NOT EXISTS petstore_schema (version integer NOT NULL)"
+            )
+            version = await connection.fetchval("SELECT max(version) FROM petstore_schema")
+            if version is None:
+                for statement in _TABLES:
+                    await connection.execute(statement)
+                await connection.execute("INSERT INTO petstore_schema VALUES ($1)", SCHEMA_VERSION)
+                logger.info("made the tables in %s (schema version %d)", self.where, SCHEMA_VERSION)
+            elif version > SCHEMA_VERSION:
+                raise DatabaseError(
+                    f"database {self.where}: its schema version {version} is newer than this "
+                    f"service's ({SCHEMA_VERSION}); run a newer petstore"
+                )
+            next_id = await connection.fetchval("SELECT next_id FROM petstore_ids FOR UPDATE")
+            if self._seed and next_id == 1:
+                await self._insert_seed(connection, seed_pets(self._seed, last_id=0))
+        self._prepared = True
+
+    async def _insert_seed(self, connection: Connection, pets: list[Pet]) -> None:
+        await connection.execute(
+            _INSERT,
+            [pet.id for pet in pets],
+            [_status(pet.status) for pet in pets],
+            [encoder.encode(pet).decode() for pet in pets],
+            [None] * len(pets),
+            [None] * len(pets),
+        )
+        await connection.execute(
+            "UPDATE petstore_ids SET next_id = $1, pets = $2", pets[-1].id + 1, len(pets)
+        )
+        logger.info("seeded %d pets into %s", len(pets), self.where)
+
+    def seed(self, pets: Sequence[SeedPet]) -> bool:
+        """Seeding happens in `prepare_now` (or once the database is back): see open_store."""
+        self._seed = pets
+        return False
+
+    def reset(self) -> int:
+        raise ResetUnavailable(
+            "Only the in-memory store can be reset: pets in a database are never deleted"
+        )
+
+    # Serving.
+
+    async def open(self) -> None:
+        self._pool = await asyncpg.create_pool(
+            self.url,
+            min_size=0,  # no connection at creation: the database may be down
+            max_size=POOL_SIZE,
+            timeout=CONNECT_SECONDS,
+            command_timeout=STATEMENT_SECONDS,
+            reset=_keep_session,
+        )
+        self._tasks = [
+            asyncio.create_task(self._write_loop(), name="petstore-database-writer"),
+            asyncio.create_task(self._probe_loop(), name="petstore-database-probe"),
+        ]
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake_writer.set()
+        self._wake_probe.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._pool is not None:
+            try:
+                await asyncio.wait_for(self._pool.close(), CONNECT_SECONDS)
+            except TimeoutError:
+                self._pool.terminate()
+
+    @property
+    def writable(self) -> bool:
+        return self._prepared and self._outage is None and self._fatal is None
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def _pool_or_refuse(self) -> asyncpg.Pool:
+        """The pool, or StorageUnavailable at once while the database is known to be away:
+        the probe finds out when it is back, and requests don't each wait for a timeout."""
+        if self._pool is None or not self.writable:
+            raise StorageUnavailable(
+                self._fatal or f"The database is unavailable: {self._outage or 'not ready yet'}"
+            )
+        return self._pool
+
+    async def get(self, pet_id: int) -> Pet | None:
+        pool = self._pool_or_refuse()
+        try:
+            found = await pool.fetchval(_GET, pet_id)
+        except UNAVAILABLE as error:
+            raise self._unavailable(error) from None
+        return None if found is None else pet_decoder.decode(found)
+
+    async def page(self, *, limit: int, status: PetStatus | None, after: int) -> Page:
+        pool = self._pool_or_refuse()
+        try:
+            if status is None:
+                rows = await pool.fetch(_PAGE, after, limit + 1)
+            else:
+                rows = await pool.fetch(_PAGE_BY_STATUS, status.value, after, limit + 1)
+        except UNAVAILABLE as error:
+            raise self._unavailable(error) from None
+        pets = [pet_decoder.decode(row[0]) for row in rows[:limit]]
+        return Page(pets, has_more=len(rows) > limit)
+
+    async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
+        pool = self._pool_or_refuse()
+        key = idempotency_key
+        if key is not None:
+            if key in self._in_flight:
+                raise IdempotencyConflict(key)
+            if (made := await self._keyed(pool, key, new_pet)) is not None:
+                return Added(made, replayed=True)
+            if key in self._in_flight:  # queued by another request while we looked
+                raise IdempotencyConflict(key)
+            self._in_flight.add(key)
+        create = _Create(new_pet, key, asyncio.get_running_loop().create_future())
+        if key is not None:
+            create.made_at = datetime.datetime.now(datetime.UTC)
+        self._pending.append(create)
+        self._wake_writer.set()
+        try:
+            pet = await create.done
+        finally:
+            if key is not None:
+                self._in_flight.discard(key)
+        if pet is not None:
+            return Added(pet)
+        # Another replica committed this key between our look and our insert: its pet it is.
+        assert key is not None  # only a keyed create can meet a conflict
+        made = await self._keyed(pool, key, new_pet)
+        if made is None:  # its pet can't vanish: pets are never deleted
+            raise StorageUnavailable("The database lost a committed idempotency key")
+        return Added(made, replayed=True)
+
+    async def _keyed(self, pool: asyncpg.Pool, key: str, new_pet: NewPet) -> Pet | None:
+        """The pet a create with this key made, None if none did; IdempotencyKeyReused when
+        it was made from another request."""
+        try:
+            found = await pool.fetchval(_KEYED, key)
+        except UNAVAILABLE as error:
+            raise self._unavailable(error) from None
+        if found is None:
+            return None
+        pet: Pet = pet_decoder.decode(found)
+        if not same_request(new_pet, pet):
+            raise IdempotencyKeyReused(key)
+        return pet
+
+    # The writer and the probe, tasks on the service's event loop.
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake_writer.wait()
+            self._wake_writer.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                if self._closing:
+                    return
+                continue
+            try:
+                pets = await self._commit(batch)
+            except UNAVAILABLE as error:
+                failure: BaseException = self._unavailable(error)
+            except Exception as error:  # a bug: each create answers 500, the writer goes on
+                failure = error
+            else:
+                for create, pet in zip(batch, pets, strict=True):
+                    if not create.done.done():  # else the client left; the pet is stored
+                        create.done.set_result(pet)
+                continue
+            for create in batch:
+                if not create.done.done():
+                    create.done.set_exception(failure)
+
+    async def _commit(self, batch: list[_Create]) -> list[Pet | None]:
+        """Store the batch in one transaction: reserve its ids, insert it, commit. A keyed
+        create whose key another replica committed meanwhile is not inserted (None)."""
+        assert self._pool is not None
+        async with self._pool.acquire() as connection, connection.transaction():
+            first = await connection.fetchval(_RESERVE, len(batch))
+            pets = [
+                Pet(
+                    id=first + number,
+                    name=create.new_pet.name,
+                    categoryId=int(create.new_pet.categoryId),
+                    status=create.new_pet.status,
+                )
+                for number, create in enumerate(batch)
+            ]
+            inserted = await connection.fetch(
+                _INSERT,
+                [pet.id for pet in pets],
+                [_status(pet.status) for pet in pets],
+                [encoder.encode(pet).decode() for pet in pets],
+                [create.key for create in batch],
+                [create.made_at for create in batch],
+            )
+            if len(inserted) < len(batch):  # keys that met a conflict: their ids stay unused
+                await connection.execute(
+                    "UPDATE petstore_ids SET pets = pets - $1", len(batch) - len(inserted)
+                )
+        self._count += len(inserted)
+        stored = {row[0] for row in inserted}
+        return [pet if pet.id in stored else None for pet in pets]
+
+    async def _probe_loop(self) -> None:
+        """Make the tables once the database is reachable (if the start couldn't), then check
+        every second that it still answers (readiness) and read the pet count (the metrics);
+        during an outage, check every quarter of a second."""
+        assert self._pool is not None
+        while not self._closing:
+            try:
+                if not self._prepared:
+                    async with self._pool.acquire() as connection:
+                        await self._prepare(connection)
+                self._count = await self._pool.fetchval("SELECT pets FROM petstore_ids")
+            except DatabaseError as error:
+                logger.error("%s", error)
+                self._fatal = f"The service can't use this database: {error}"
+                return
+            except UNAVAILABLE as error:
+                self._went_down(error, "creates and reads answer 503 until it is back")
+            else:
+                self._came_back()
+            self._wake_probe.clear()
+            with contextlib.suppress(TimeoutError):
+                seconds = PROBE_SECONDS if self._outage is None else RETRY_SECONDS
+                await asyncio.wait_for(self._wake_probe.wait(), seconds)
+
+    # Outages: one line when one begins, one when it ends.
+
+    def _unavailable(self, error: BaseException) -> StorageUnavailable:
+        self._went_down(error, "creates and reads answer 503 until it is back")
+        self._wake_probe.set()  # look again at once: a single dropped connection is no outage
+        return StorageUnavailable(f"The database is unavailable: {self._outage}")
+
+    def _went_down(self, error: BaseException, then: str) -> None:
+        if self._outage is not None:
+            return
+        self._outage = self._reason(error)
+        self._outage_began = time.monotonic()
+        logger.warning("database %s unavailable (%s); %s", self.where, self._outage, then)
+
+    def _came_back(self) -> None:
+        if self._outage is None:
+            return
+        lasted = time.monotonic() - self._outage_began
+        self._outage = None
+        logger.info("database %s available again after %.1f s", self.where, lasted)
+
+    def _reason(self, error: BaseException) -> str:
+        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return reason.replace(self._password, "***") if self._password else reason
+
+
+async def _keep_session(connection: asyncpg.Connection) -> None:
+    """Nothing to undo when a connection goes back to the pool: the store sets no session state
+    (no SET, LISTEN, cursor or session lock; asyncpg still rolls back an open transaction).
+    asyncpg's default reset is one more round trip a query: measured, it halves the reads."""
+
+
+def _status(status: Any) -> str | None:
+    return status.value if isinstance(status, PetStatus) else None

@@ -1,0 +1,423 @@
+"""The database store: every promise of the Store section over a real PostgreSQL that the suite
+starts, replicas sharing it (ids visible in order, keys replayed anywhere), outages and crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app import Petstore, create_app, open_store
+from settings import Settings, SettingsError, load_settings
+from tests.conftest import (
+    AUTH,
+    KEY,
+    Launcher,
+    ServerFactory,
+    assert_error,
+    free_port,
+    serving,
+    wait_until,
+)
+from tests.postgres import NOT_INSTALLED, Cluster
+from tests.test_control_plane import ADMIN
+
+pytestmark = pytest.mark.anyio
+
+REX = {"name": "Rex", "categoryId": 1, "status": "available"}
+TOM = {"name": "Tom", "categoryId": 2}
+
+
+def _cluster() -> Cluster:
+    try:
+        cluster = Cluster()
+    except RuntimeError as error:
+        pytest.fail(f"{error}" if str(error) == NOT_INSTALLED else f"initdb failed: {error}")
+    cluster.start()
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """One server for the suite; each test takes a database of its own on it."""
+    cluster = _cluster()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[Cluster]:
+    """A server of the test's own, for tests that stop it."""
+    cluster = _cluster()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture
+def url(postgres: Cluster) -> str:
+    return postgres.new_database()
+
+
+def database_app(url: str, seed: str | None = None, **settings: Any) -> Petstore:
+    configured = Settings(api_keys=(KEY,), database=url, seed=seed, **settings)
+    return create_app(configured, open_store(configured))
+
+
+@asynccontextmanager
+async def replica(url: str, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process service over the database, started, with an authenticated client."""
+    async with serving(database_app(url, **settings)) as http:
+        yield http
+
+
+def keyed(key: str) -> dict[str, str]:
+    return {"Idempotency-Key": key}
+
+
+# --------------------------------------------------------------------------- the interface
+
+
+async def test_creates_reads_and_pages_over_the_database(url: str) -> None:
+    """Ids from 1; getPet, listPets with and without status, pages by `after` with their Link."""
+    async with replica(url) as http:
+        created = [(await http.post("/v1/pets", json=pet)).json() for pet in (REX, TOM, REX)]
+        assert [pet["id"] for pet in created] == [1, 2, 3]
+        assert (await http.get("/v1/pets/2")).json() == {"id": 2, **TOM}
+        assert_error(await http.get("/v1/pets/4"), 404, "not_found")
+        first = await http.get("/v1/pets", params={"limit": 2})
+        assert (first.json(), first.headers["link"]) == (
+            created[:2],
+            '</v1/pets?limit=2&after=2>; rel="next"',
+        )
+        last = await http.get("/v1/pets", params={"limit": 2, "after": 2})
+        assert (last.json(), "link" in last.headers) == (created[2:], False)
+        by_status = await http.get("/v1/pets", params={"status": "available", "limit": 1})
+        assert by_status.json() == [created[0]]
+        assert by_status.headers["link"] == (
+            '</v1/pets?limit=1&status=available&after=1>; rel="next"'
+        )
+
+
+async def test_any_name_json_can_carry_is_kept(url: str) -> None:
+    """NUL (which PostgreSQL's text can't hold), quotes, emoji and escapes come back as sent."""
+    names = ["nul\u0000inside", 'quote " and \\ backslash', "emoji \U0001f408", "\u2028"]
+    async with replica(url) as http:
+        for name in names:
+            created = await http.post("/v1/pets", json={"name": name, "categoryId": -1})
+            assert created.status_code == 201
+            assert (await http.get(created.headers["location"])).json()["name"] == name
+
+
+async def test_tables_are_made_once_with_a_schema_version(url: str, postgres: Cluster) -> None:
+    """The first start makes the tables and records version 1; a second start keeps the pets."""
+    async with replica(url) as http:
+        await http.post("/v1/pets", json=REX)
+    async with replica(url) as http:
+        assert (await http.get("/v1/pets")).json() == [{"id": 1, **REX}]
+    database = Cluster.name(url)
+    assert postgres.sql("SELECT version FROM petstore_schema", database) == "1\n"
+    assert postgres.sql("SELECT pet FROM petstore_pets", database) == (
+        '{"id":1,"name":"Rex","categoryId":1,"status":"available"}\n'
+    )
+
+
+async def test_a_seed_fills_an_empty_database_only(url: str, tmp_path: Any) -> None:
+    """--seed goes into a database that never had a pet, ids included; later starts ignore it."""
+    seed = tmp_path / "seed.json"
+    seed.write_text(
+        '[{"id": 10, "name": "Rex", "categoryId": 1}, {"name": "Tom", "categoryId": 2}]'
+    )
+    async with replica(url, seed=str(seed)) as http:
+        assert (await http.post("/v1/pets", json=REX)).json()["id"] == 12
+    async with replica(url, seed=str(seed)) as http:
+        assert [pet["id"] for pet in (await http.get("/v1/pets")).json()] == [10, 11, 12]
+
+
+async def test_reset_is_refused_with_a_database(url: str) -> None:
+    """Pets in a database are never deleted: 409 reset_unavailable, and the pets stay."""
+    async with replica(url, admin_keys=("admin-key-0123456789",)) as http:
+        await http.post("/v1/pets", json=REX)
+        assert_error(await http.post("/_admin/reset", headers=ADMIN), 409, "reset_unavailable")
+        assert len((await http.get("/v1/pets")).json()) == 1
+
+
+async def test_metrics_count_the_pets_in_the_database(url: str) -> None:
+    """petstore_pets is the database's count; petstore_store_writable is 1 while it answers."""
+    async with replica(url) as http:
+        for _ in range(3):
+            await http.post("/v1/pets", json=TOM)
+        families = {
+            family.name: family.samples[0].value
+            for family in text_string_to_metric_families((await http.get("/metrics")).text)
+            if family.name in ("petstore_pets", "petstore_store_writable")
+        }
+    assert families == {"petstore_pets": 3, "petstore_store_writable": 1}
+
+
+# --------------------------------------------------------------------------- idempotency keys
+
+
+async def test_a_retry_sent_to_another_replica_is_replayed_there(url: str) -> None:
+    """The key is in the database: replica B replays A's 201 (body, Location) and refuses the
+    key with another request (422); one pet in all."""
+    async with replica(url) as a, replica(url) as b:
+        first = await a.post("/v1/pets", json=REX, headers=keyed("order-7"))
+        again = await b.post("/v1/pets", json=REX, headers=keyed('"order-7"'))
+        other = await b.post("/v1/pets", json=TOM, headers=keyed("order-7"))
+        pets = (await b.get("/v1/pets")).json()
+    assert first.status_code == 201
+    assert (again.status_code, again.content, again.headers["location"]) == (
+        201,
+        first.content,
+        first.headers["location"],
+    )
+    assert again.headers["idempotent-replayed"] == "true"
+    assert_error(other, 422, "idempotency_key_reused")
+    assert pets == [first.json()]
+
+
+async def test_concurrent_creates_with_one_key_on_two_replicas_make_one_pet(url: str) -> None:
+    """16 creates with one key and body, 8 on each replica, at once: one pet; every answer
+    is that pet's 201 (first or replayed) or a 409, never a second pet or a 500."""
+    async with replica(url) as a, replica(url) as b:
+        answers = await asyncio.gather(
+            *(http.post("/v1/pets", json=REX, headers=keyed("once")) for http in [a, b] * 8)
+        )
+        pets = (await a.get("/v1/pets")).json()
+    assert len(pets) == 1
+    for answer in answers:
+        assert answer.status_code in (201, 409), answer.text
+        if answer.status_code == 201:
+            assert answer.json() == pets[0]
+    assert sum("idempotent-replayed" not in answer.headers for answer in answers) >= 1
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_data_and_database_together_are_refused_in_one_line() -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(["--data", "pets.jsonl", "--database", "postgresql://u:secret@h/db"], {})
+    assert str(refused.value) == (
+        "--data and --database: pets live in a file or in a database, not both"
+    )
+
+
+@pytest.mark.parametrize("bad", ["mysql://u:secret@h/db", "secret", "postgresql://"])
+def test_a_bad_database_url_is_refused_without_showing_it(bad: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings([], {"PETSTORE_DATABASE_URL": bad})
+    assert str(refused.value) == (
+        "PETSTORE_DATABASE_URL: expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+    )
+    assert "secret" not in repr(load_settings(["--database", "postgresql://u:secret@h/d"], {}))
+
+
+# --------------------------------------------------------------------------- real processes
+
+
+def secret_free(postgres: Cluster, *outputs: str) -> None:
+    for output in outputs:
+        assert postgres.password not in output
+
+
+def test_a_newer_schema_stops_the_start_in_one_line(
+    url: str, postgres: Cluster, start_server: ServerFactory
+) -> None:
+    database = Cluster.name(url)
+    postgres.sql("CREATE TABLE petstore_schema (version integer NOT NULL)", database)
+    postgres.sql("INSERT INTO petstore_schema VALUES (2)", database)
+    server = start_server("--database", url, wait=False)
+    assert server.process.wait(15) == 2
+    assert server.stderr.strip().splitlines()[-1] == (
+        f"petstore: database {postgres.directory}/{database}: its schema version 2 is newer "
+        "than this service's (1); run a newer petstore"
+    )
+    secret_free(postgres, server.stdout, server.stderr)
+
+
+def _create_many(
+    base_urls: list[str], count: int, acknowledged: list[int], stop: threading.Event | None = None
+) -> Callable[[], None]:
+    """A client that sends `count` creates round the replicas and keeps the ids that got a 201;
+    anything but a 201, a 503 or a dropped connection fails the test."""
+
+    def run() -> None:
+        with httpx.Client(headers=AUTH, timeout=10) as http:
+            for number, base_url in zip(range(count), itertools.cycle(base_urls), strict=False):
+                if stop is not None and stop.is_set():
+                    return
+                try:
+                    answer = http.post(
+                        f"{base_url}/v1/pets", json={"name": f"n{number}", "categoryId": 1}
+                    )
+                except httpx.TransportError:
+                    continue  # the replica was killed: no answer, so no promise
+                assert answer.status_code in (201, 503), answer.text
+                if answer.status_code == 201:
+                    acknowledged.append(answer.json()["id"])
+
+    return run
+
+
+def test_a_reader_following_after_across_replicas_misses_nothing(
+    url: str, start_server: ServerFactory
+) -> None:
+    """Two replicas under 8 concurrent clients; a reader tails listPets by `after`, asking the
+    replicas in turn: it sees every acknowledged pet, once, in increasing order."""
+    replicas = [start_server("--database", url) for _ in range(2)]
+    base_urls = [server.base_url for server in replicas]
+    acknowledged: list[int] = []
+    writers = [
+        threading.Thread(
+            target=_create_many(base_urls[n % 2 :] + base_urls[: n % 2], 60, acknowledged)
+        )
+        for n in range(8)
+    ]
+    seen: list[int] = []
+    with httpx.Client(headers=AUTH, timeout=10) as reader:
+
+        def tail(base_url: str) -> int:
+            after = seen[-1] if seen else 0
+            page = reader.get(f"{base_url}/v1/pets", params={"after": after, "limit": 100})
+            assert page.status_code == 200
+            seen.extend(pet["id"] for pet in page.json())
+            return len(page.json())
+
+        for writer in writers:
+            writer.start()
+        for base_url in itertools.cycle(base_urls):
+            tail(base_url)
+            if not any(writer.is_alive() for writer in writers):
+                break
+        while tail(base_urls[0]) or tail(base_urls[1]):
+            pass  # read to the end, now that every create has its answer
+    for writer in writers:
+        writer.join()
+    assert len(acknowledged) == 480
+    assert seen == sorted(set(seen))
+    assert set(seen) == set(acknowledged)
+
+
+def test_sigkill_of_a_replica_loses_no_acknowledged_pet(
+    url: str, start_server: ServerFactory
+) -> None:
+    """A replica killed mid-load: every pet it answered 201 for is in the database."""
+    doomed, survivor = (start_server("--database", url) for _ in range(2))
+    acknowledged: list[int] = []
+    stop = threading.Event()
+    writers = [
+        threading.Thread(target=_create_many([doomed.base_url], 10_000, acknowledged, stop))
+        for _ in range(8)
+    ]
+    for writer in writers:
+        writer.start()
+    wait_until(lambda: len(acknowledged) >= 200, "200 creates acknowledged")
+    doomed.process.send_signal(signal.SIGKILL)
+    doomed.process.wait()
+    stop.set()
+    for writer in writers:
+        writer.join()
+    with survivor.client() as http:
+        stored = []
+        after = 0
+        while page := http.get("/v1/pets", params={"after": after, "limit": 100}).json():
+            stored += [pet["id"] for pet in page]
+            after = stored[-1]
+        assert http.post("/v1/pets", json=REX).status_code == 201
+    assert set(acknowledged) <= set(stored)
+    assert len(stored) == len(set(stored))
+
+
+def test_an_outage_answers_503_then_recovers_by_itself(
+    own_postgres: Cluster, start_server: ServerFactory
+) -> None:
+    """The server crashes (pg_ctl stop -m immediate) under load and comes back: 503
+    storage_unavailable meanwhile, readyz 503, healthz 200, one log line when it went and one
+    when it came back; nothing acknowledged lost, and creates work again."""
+    server = start_server("--database", own_postgres.url("postgres"))
+    acknowledged: list[int] = []
+    stop = threading.Event()
+    writers = [
+        threading.Thread(target=_create_many([server.base_url], 100_000, acknowledged, stop))
+        for _ in range(4)
+    ]
+    for writer in writers:
+        writer.start()
+    wait_until(lambda: len(acknowledged) >= 100, "100 creates acknowledged")
+    own_postgres.stop("immediate")
+    with server.client() as http:
+        wait_until(lambda: http.get("/readyz").status_code == 503, "readyz 503")
+        assert_error(http.post("/v1/pets", json=REX), 503, "storage_unavailable")
+        assert_error(http.get("/v1/pets/1"), 503, "storage_unavailable")
+        assert_error(http.get("/v1/pets"), 503, "storage_unavailable")
+        assert http.get("/healthz").status_code == 200
+        own_postgres.start()
+        wait_until(lambda: http.get("/readyz").status_code == 200, "readyz 200 again")
+        stop.set()
+        for writer in writers:
+            writer.join()
+        assert http.post("/v1/pets", json=REX).status_code == 201
+        stored: list[int] = []
+        while page := http.get(
+            "/v1/pets", params={"after": stored[-1] if stored else 0, "limit": 100}
+        ).json():
+            stored += [pet["id"] for pet in page]
+    assert set(acknowledged) <= set(stored)
+    assert server.stop() in (0, -15)
+    log = server.stdout + server.stderr
+    assert log.count("unavailable (") == 1, log
+    assert log.count("available again after") == 1, log
+    secret_free(own_postgres, server.stdout, server.stderr)
+
+
+def test_the_start_waits_for_the_database(start_server: ServerFactory) -> None:
+    """Started before its database: the ready line, readyz 503 and healthz 200 while it waits
+    (one log line), then ready by itself once the database is up, tables made."""
+    cluster = Cluster()  # made, not started
+    try:
+        server = start_server("--database", cluster.url("postgres"), wait=False)
+        with server.client() as http:
+            wait_until(lambda: "petstore: ready at" in server.stdout, "the ready line")
+            assert_error(http.get("/readyz"), 503, "storage_unavailable")
+            assert http.get("/healthz").status_code == 200
+            cluster.start()
+            server.wait_ready()
+            assert http.post("/v1/pets", json=REX).json() == {"id": 1, **REX}
+        assert server.stderr.count("waiting for it") == 1, server.stderr
+        secret_free(cluster, server.stdout, server.stderr)
+    finally:
+        cluster.destroy()
+
+
+def test_a_wrong_password_is_an_outage_that_never_shows_it(
+    postgres: Cluster, start_server: ServerFactory
+) -> None:
+    wrong = postgres.url("postgres").replace(postgres.password, "not-the-password-4711")
+    server = start_server("--database", wrong, wait=False)
+    with server.client() as http:
+        wait_until(lambda: "petstore: ready at" in server.stdout, "the ready line")
+        assert "password authentication failed" in server.stderr
+        assert_error(http.get("/v1/pets"), 503, "storage_unavailable")
+    assert "not-the-password-4711" not in server.stdout + server.stderr
+
+
+def test_uvicorn_workers_share_the_database(url: str, launch: Launcher) -> None:
+    """`uvicorn app:app --workers 2` is allowed with a database: both serve the same pets."""
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--workers", "2", "--port", str(port)]
+    server = launch(argv, {"PETSTORE_DATABASE_URL": url, "PETSTORE_API_KEYS": KEY}, port)
+    server.headers = dict(AUTH)
+    server.wait_ready(30)
+    with server.client() as http:
+        ids = [http.post("/v1/pets", json=TOM).json()["id"] for _ in range(20)]
+        assert [pet["id"] for pet in http.get("/v1/pets").json()] == ids == sorted(set(ids))
