@@ -143,6 +143,8 @@ class DatabaseStore:
     async def _prepare_once(self) -> None:
         try:
             connection = await asyncpg.connect(self.url, timeout=CONNECT_SECONDS)
+        except (ValueError, asyncpg.ClientConfigurationError) as error:  # the URL's parameters
+            raise DatabaseError(f"database {self.where}: {self._reason(error)}") from None
         except UNAVAILABLE as error:
             self._went_down(error, "waiting for it")
             return

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import re
 import secrets
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, TextIO
@@ -122,8 +123,12 @@ def _switch(text: str, name: str) -> bool:
 
 def _database_url(text: str, name: str) -> str | None:
     # The message never shows the text: it may hold a password.
-    scheme = text.partition("://")[0]
-    if text and (scheme not in ("postgresql", "postgres") or not text.partition("://")[2]):
+    scheme, _, rest = text.partition("://")
+    try:
+        urllib.parse.urlsplit(text).port  # noqa: B018 - a port that is not a number raises
+    except ValueError:
+        rest = ""
+    if text and (scheme not in ("postgresql", "postgres") or not rest):
         raise SettingsError(
             f"{name}: expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
         )

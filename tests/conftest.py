@@ -20,6 +20,7 @@ import pytest
 from app import Petstore, create_app
 from settings import Settings
 from store import MemoryStore
+from tests.postgres import NOT_INSTALLED, Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "test-key-0123456789"
@@ -251,3 +252,37 @@ def launch(tmp_path: Path) -> Iterator[Launcher]:
             except subprocess.TimeoutExpired:
                 server.process.kill()
                 server.process.wait()
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def _cluster() -> Cluster:
+    try:
+        cluster = Cluster()
+    except RuntimeError as error:
+        pytest.fail(f"{error}" if str(error) == NOT_INSTALLED else f"initdb failed: {error}")
+    cluster.start()
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """One server for the suite; each test takes a database of its own on it."""
+    cluster = _cluster()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[Cluster]:
+    """A server of the test's own, for tests that stop it."""
+    cluster = _cluster()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture
+def database_url(postgres: Cluster) -> str:
+    """A new, empty database on the suite's server."""
+    return postgres.new_database()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import re
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -28,7 +30,7 @@ from tests.conftest import (
     serving,
     wait_until,
 )
-from tests.postgres import NOT_INSTALLED, Cluster
+from tests.postgres import Cluster
 from tests.test_control_plane import ADMIN
 
 pytestmark = pytest.mark.anyio
@@ -37,34 +39,9 @@ REX = {"name": "Rex", "categoryId": 1, "status": "available"}
 TOM = {"name": "Tom", "categoryId": 2}
 
 
-def _cluster() -> Cluster:
-    try:
-        cluster = Cluster()
-    except RuntimeError as error:
-        pytest.fail(f"{error}" if str(error) == NOT_INSTALLED else f"initdb failed: {error}")
-    cluster.start()
-    return cluster
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Cluster]:
-    """One server for the suite; each test takes a database of its own on it."""
-    cluster = _cluster()
-    yield cluster
-    cluster.destroy()
-
-
 @pytest.fixture
-def own_postgres() -> Iterator[Cluster]:
-    """A server of the test's own, for tests that stop it."""
-    cluster = _cluster()
-    yield cluster
-    cluster.destroy()
-
-
-@pytest.fixture
-def url(postgres: Cluster) -> str:
-    return postgres.new_database()
+def url(database_url: str) -> str:
+    return database_url
 
 
 def database_app(url: str, seed: str | None = None, **settings: Any) -> Petstore:
@@ -212,7 +189,9 @@ def test_data_and_database_together_are_refused_in_one_line() -> None:
     )
 
 
-@pytest.mark.parametrize("bad", ["mysql://u:secret@h/db", "secret", "postgresql://"])
+@pytest.mark.parametrize(
+    "bad", ["mysql://u:secret@h/db", "secret", "postgresql://", "postgresql://u:secret@h:port/db"]
+)
 def test_a_bad_database_url_is_refused_without_showing_it(bad: str) -> None:
     with pytest.raises(SettingsError) as refused:
         load_settings([], {"PETSTORE_DATABASE_URL": bad})
@@ -344,7 +323,7 @@ def test_an_outage_answers_503_then_recovers_by_itself(
     """The server crashes (pg_ctl stop -m immediate) under load and comes back: 503
     storage_unavailable meanwhile, readyz 503, healthz 200, one log line when it went and one
     when it came back; nothing acknowledged lost, and creates work again."""
-    server = start_server("--database", own_postgres.url("postgres"))
+    server = start_server("--database", own_postgres.url("postgres"), "--log-format", "json")
     acknowledged: list[int] = []
     stop = threading.Event()
     writers = [
@@ -374,9 +353,14 @@ def test_an_outage_answers_503_then_recovers_by_itself(
             stored += [pet["id"] for pet in page]
     assert set(acknowledged) <= set(stored)
     assert server.stop() in (0, -15)
-    log = server.stdout + server.stderr
-    assert log.count("unavailable (") == 1, log
-    assert log.count("available again after") == 1, log
+    lines = [json.loads(line) for line in server.stderr.splitlines()]
+    outage = [line for line in lines if "database /" in line["message"]]
+    assert [
+        (line["level"], re.sub(r" \(.*| [0-9.]+ s$", "", line["message"])) for line in outage
+    ] == [
+        ("WARNING", f"database {own_postgres.directory}/postgres unavailable"),
+        ("INFO", f"database {own_postgres.directory}/postgres available again after"),
+    ], outage
     secret_free(own_postgres, server.stdout, server.stderr)
 
 
@@ -421,3 +405,16 @@ def test_uvicorn_workers_share_the_database(url: str, launch: Launcher) -> None:
     with server.client() as http:
         ids = [http.post("/v1/pets", json=TOM).json()["id"] for _ in range(20)]
         assert [pet["id"] for pet in http.get("/v1/pets").json()] == ids == sorted(set(ids))
+
+
+def test_a_url_the_driver_refuses_stops_the_start_in_one_line(start_server: ServerFactory) -> None:
+    """A parameter the driver can't use is a bad setting, not an outage to wait out."""
+    server = start_server(
+        "--database", "postgresql://u:sekrit@localhost:1/db?sslmode=bogus", wait=False
+    )
+    assert server.process.wait(15) == 2
+    assert server.stderr.strip().splitlines() == [
+        "petstore: database localhost:1/db: ClientConfigurationError: `sslmode` parameter must be "
+        "one of: disable, allow, prefer, require, verify-ca, verify-full"
+    ]
+    assert "sekrit" not in server.stdout + server.stderr

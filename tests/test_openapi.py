@@ -382,17 +382,28 @@ expected-statuses = ["2XX", "3XX", "401", "403", "404", "409", "422", "429", "5X
 
 
 @pytest.mark.parametrize(
-    ("document_path", "key"),
+    ("document_path", "key", "store"),
     [
-        pytest.param("/v1/openapi.json", KEY, id="interface"),
-        pytest.param("/_admin/openapi.json", ADMIN_KEY, id="control-plane"),
+        pytest.param("/v1/openapi.json", KEY, "memory", id="interface"),
+        pytest.param("/_admin/openapi.json", ADMIN_KEY, "memory", id="control-plane"),
+        pytest.param("/v1/openapi.json", KEY, "database", id="interface-over-postgresql"),
     ],
 )
 def test_schemathesis_finds_no_failure_in_the_live_service(
-    start_server: ServerFactory, tmp_path: Path, document_path: str, key: str
+    start_server: ServerFactory,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    *,
+    document_path: str,
+    key: str,
+    store: str,
 ) -> None:
-    """schemathesis, every check and phase, against a real process and its own document."""
-    server = start_server("--admin-key", ADMIN_KEY)
+    """schemathesis, every check and phase, against a real process and its own document (the
+    interface over the memory store and over the database store)."""
+    database = (
+        ["--database", request.getfixturevalue("database_url")] if store == "database" else []
+    )
+    server = start_server("--admin-key", ADMIN_KEY, *database)
     config = tmp_path / "schemathesis.toml"
     config.write_text(SCHEMATHESIS_CONFIG)
     environment = {
