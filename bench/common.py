@@ -214,6 +214,12 @@ class WrkResult:
     def per_second(self) -> float:
         return self.created / self.seconds if self.seconds else 0.0
 
+    @property
+    def per_cpu_second(self) -> float:
+        """Answers per second of the server's CPU time: what a server on a core of its own
+        would do, nearly unmoved by what else runs on a shared machine."""
+        return self.created / self.server_cpu_seconds if self.server_cpu_seconds > 0 else 0.0
+
 
 def wrk_path() -> str | None:
     return shutil.which("wrk")

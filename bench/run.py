@@ -353,10 +353,6 @@ class Measured:
     runs: dict[str, list[WrkResult]]
 
 
-def per_cpu_second(run: WrkResult) -> float:
-    return run.created / run.server_cpu_seconds if run.server_cpu_seconds > 0 else 0.0
-
-
 def measure(
     scenario: Scenario, running: dict[str, Server], options: Options, pin: Pinning
 ) -> Measured:
@@ -403,7 +399,7 @@ def table(
         if baseline not in measured.runs:
             continue
         mine, theirs = measured.runs[server], measured.runs[baseline]
-        ratios = pair_ratios(mine, theirs, per_cpu_second)
+        ratios = pair_ratios(mine, theirs, lambda run: run.per_cpu_second)
         ratio = statistics.median(ratios)
         target = ""
         if (minimum := judge(scenario)) is not None:
@@ -423,8 +419,8 @@ def table(
                 f"{min(ratios):.2f}..{max(ratios):.2f}",
                 *p50_p99(mine),
                 *p50_p99(theirs),
-                f"{statistics.median(per_cpu_second(r) for r in mine):,.0f}",
-                f"{statistics.median(per_cpu_second(r) for r in theirs):,.0f}",
+                f"{statistics.median(r.per_cpu_second for r in mine):,.0f}",
+                f"{statistics.median(r.per_cpu_second for r in theirs):,.0f}",
                 f"{statistics.median(pair_ratios(mine, theirs, per_second)):.3f}",
                 f"{statistics.median(r.per_second for r in mine):,.0f}",
                 f"{statistics.median(r.per_second for r in theirs):,.0f}",
