@@ -10,8 +10,9 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -224,16 +225,19 @@ def test_a_newer_schema_stops_the_start_in_one_line(
     secret_free(postgres, server.stdout, server.stderr)
 
 
-def _create_many(
-    base_urls: list[str], count: int, acknowledged: list[int], stop: threading.Event | None = None
-) -> Callable[[], None]:
-    """A client that sends `count` creates round the replicas and keeps the ids that got a 201;
-    anything but a 201, a 503 or a dropped connection fails the test."""
+@contextmanager
+def creating(base_urls: list[str], clients: int, creates: int = 10**6) -> Iterator[list[int]]:
+    """`clients` threads sending up to `creates` creates each, round the replicas (each client
+    starting at another), until the block ends; yields the ids that got a 201, as they come.
+    Anything but a 201, a 503 or a dropped connection fails the test."""
+    acknowledged: list[int] = []
+    stop = threading.Event()
 
-    def run() -> None:
+    def client(first: int) -> None:
+        order = itertools.cycle(base_urls[first:] + base_urls[:first])
         with httpx.Client(headers=AUTH, timeout=10) as http:
-            for number, base_url in zip(range(count), itertools.cycle(base_urls), strict=False):
-                if stop is not None and stop.is_set():
+            for number, base_url in zip(range(creates), order, strict=False):
+                if stop.is_set():
                     return
                 try:
                     answer = http.post(
@@ -245,43 +249,52 @@ def _create_many(
                 if answer.status_code == 201:
                     acknowledged.append(answer.json()["id"])
 
-    return run
+    threads = [threading.Thread(target=client, args=(n % len(base_urls),)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield acknowledged
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def every_id(http: httpx.Client) -> list[int]:
+    """The ids of every stored pet, walking the pages by `after`."""
+    ids: list[int] = []
+    while page := http.get(
+        "/v1/pets", params={"after": ids[-1] if ids else 0, "limit": 100}
+    ).json():
+        ids += [pet["id"] for pet in page]
+    return ids
 
 
 def test_a_reader_following_after_across_replicas_misses_nothing(
     url: str, start_server: ServerFactory
 ) -> None:
-    """Two replicas under 8 concurrent clients; a reader tails listPets by `after`, asking the
-    replicas in turn: it sees every acknowledged pet, once, in increasing order."""
-    replicas = [start_server("--database", url) for _ in range(2)]
-    base_urls = [server.base_url for server in replicas]
-    acknowledged: list[int] = []
-    writers = [
-        threading.Thread(
-            target=_create_many(base_urls[n % 2 :] + base_urls[: n % 2], 60, acknowledged)
-        )
-        for n in range(8)
-    ]
+    """Two replicas under 8 concurrent clients, 60 creates each; a reader tails listPets by
+    `after`, asking the replicas in turn: it sees every acknowledged pet, once, in order."""
+    base_urls = [start_server("--database", url).base_url for _ in range(2)]
     seen: list[int] = []
     with httpx.Client(headers=AUTH, timeout=10) as reader:
 
         def tail(base_url: str) -> int:
-            after = seen[-1] if seen else 0
-            page = reader.get(f"{base_url}/v1/pets", params={"after": after, "limit": 100})
+            page = reader.get(
+                f"{base_url}/v1/pets", params={"after": seen[-1] if seen else 0, "limit": 100}
+            )
             assert page.status_code == 200
             seen.extend(pet["id"] for pet in page.json())
             return len(page.json())
 
-        for writer in writers:
-            writer.start()
-        for base_url in itertools.cycle(base_urls):
-            tail(base_url)
-            if not any(writer.is_alive() for writer in writers):
-                break
+        with creating(base_urls, clients=8, creates=60) as acknowledged:
+            deadline = time.monotonic() + 60
+            for base_url in itertools.cycle(base_urls):
+                tail(base_url)
+                if len(acknowledged) == 480 or time.monotonic() > deadline:
+                    break
         while tail(base_urls[0]) or tail(base_urls[1]):
             pass  # read to the end, now that every create has its answer
-    for writer in writers:
-        writer.join()
     assert len(acknowledged) == 480
     assert seen == sorted(set(seen))
     assert set(seen) == set(acknowledged)
@@ -292,26 +305,12 @@ def test_sigkill_of_a_replica_loses_no_acknowledged_pet(
 ) -> None:
     """A replica killed mid-load: every pet it answered 201 for is in the database."""
     doomed, survivor = (start_server("--database", url) for _ in range(2))
-    acknowledged: list[int] = []
-    stop = threading.Event()
-    writers = [
-        threading.Thread(target=_create_many([doomed.base_url], 10_000, acknowledged, stop))
-        for _ in range(8)
-    ]
-    for writer in writers:
-        writer.start()
-    wait_until(lambda: len(acknowledged) >= 200, "200 creates acknowledged")
-    doomed.process.send_signal(signal.SIGKILL)
-    doomed.process.wait()
-    stop.set()
-    for writer in writers:
-        writer.join()
+    with creating([doomed.base_url], clients=8) as acknowledged:
+        wait_until(lambda: len(acknowledged) >= 200, "200 creates acknowledged")
+        doomed.process.send_signal(signal.SIGKILL)
+        doomed.process.wait()
     with survivor.client() as http:
-        stored = []
-        after = 0
-        while page := http.get("/v1/pets", params={"after": after, "limit": 100}).json():
-            stored += [pet["id"] for pet in page]
-            after = stored[-1]
+        stored = every_id(http)
         assert http.post("/v1/pets", json=REX).status_code == 201
     assert set(acknowledged) <= set(stored)
     assert len(stored) == len(set(stored))
@@ -324,17 +323,9 @@ def test_an_outage_answers_503_then_recovers_by_itself(
     storage_unavailable meanwhile, readyz 503, healthz 200, one log line when it went and one
     when it came back; nothing acknowledged lost, and creates work again."""
     server = start_server("--database", own_postgres.url("postgres"), "--log-format", "json")
-    acknowledged: list[int] = []
-    stop = threading.Event()
-    writers = [
-        threading.Thread(target=_create_many([server.base_url], 100_000, acknowledged, stop))
-        for _ in range(4)
-    ]
-    for writer in writers:
-        writer.start()
-    wait_until(lambda: len(acknowledged) >= 100, "100 creates acknowledged")
-    own_postgres.stop("immediate")
-    with server.client() as http:
+    with server.client() as http, creating([server.base_url], clients=4) as acknowledged:
+        wait_until(lambda: len(acknowledged) >= 100, "100 creates acknowledged")
+        own_postgres.stop("immediate")
         wait_until(lambda: http.get("/readyz").status_code == 503, "readyz 503")
         assert_error(http.post("/v1/pets", json=REX), 503, "storage_unavailable")
         assert_error(http.get("/v1/pets/1"), 503, "storage_unavailable")
@@ -342,16 +333,9 @@ def test_an_outage_answers_503_then_recovers_by_itself(
         assert http.get("/healthz").status_code == 200
         own_postgres.start()
         wait_until(lambda: http.get("/readyz").status_code == 200, "readyz 200 again")
-        stop.set()
-        for writer in writers:
-            writer.join()
+    with server.client() as http:
         assert http.post("/v1/pets", json=REX).status_code == 201
-        stored: list[int] = []
-        while page := http.get(
-            "/v1/pets", params={"after": stored[-1] if stored else 0, "limit": 100}
-        ).json():
-            stored += [pet["id"] for pet in page]
-    assert set(acknowledged) <= set(stored)
+        assert set(acknowledged) <= set(every_id(http))
     assert server.stop() in (0, -15)
     lines = [json.loads(line) for line in server.stderr.splitlines()]
     outage = [line for line in lines if "database /" in line["message"]]
