@@ -415,7 +415,12 @@ class DatabaseStore:
         logger.info("database %s available again after %.1f s", self.where, lasted)
 
     def _reason(self, error: BaseException) -> str:
-        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if isinstance(error, OSError) and error.strerror:  # [Errno 2] on a missing socket file
+            reason = f"cannot connect: {error.strerror}"
+        elif isinstance(error, TimeoutError):
+            reason = "no answer in time"
+        else:
+            reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         return reason.replace(self._password, "***") if self._password else reason
 
 
