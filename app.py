@@ -207,8 +207,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
         await store.open()
-        # `log` is the AccessLog layer, made below around the others.
-        flusher = asyncio.create_task(_flush_every(log, 0.5)) if access_log else None
+        # `log` is the AccessLog layer, made below around the others, with `counts`.
+        flusher = None
+        if access_log or counts:
+            flusher = asyncio.create_task(_flush_every(log, counts, 0.5))
         health.started = True
         try:
             yield
@@ -275,9 +277,13 @@ def create_app(
     return Petstore(app, router, health, log, plane)
 
 
-async def _flush_every(log: AccessLog, seconds: float) -> None:
+async def _flush_every(log: AccessLog, counts: RequestCounts | None, seconds: float) -> None:
+    """Write the access log's lines and fold the requests' durations into the metrics' counts
+    (which a scrape also does first): each holds the requests of the last `seconds` only."""
     while True:
         await asyncio.sleep(seconds)
+        if counts is not None:
+            counts.fold()
         await log.drain()
 
 

@@ -91,9 +91,10 @@ class AccessLog:
     that sees how each request ended, it also answers the last-resort 500 when one failed
     before any response, and, with the test-control plane on, notes the request in the
     journal: a layer of its own cost a request a clock and an await more. With metrics on,
-    it counts each request too (metrics.RequestCounts: one dict lookup). `json_lines`:
-    each line one JSON object (AccessLine) instead of text. `keys` (the configured ones)
-    never reach the log: one a client sends in a path or a request id is `[redacted]`.
+    it notes each request's duration for metrics.RequestCounts (a dict lookup, an append).
+    `json_lines`: each line one JSON object (AccessLine) instead of text. `keys` (the
+    configured ones) never reach the log: one a client sends in a path or a request id is
+    `[redacted]`.
     """
 
     def __init__(  # noqa: PLR0913 - each argument past the stream is one optional feature
@@ -148,17 +149,20 @@ class AccessLog:
             counts, stream = self.counts, self.stream
             if journal is not None or counts is not None or stream:
                 elapsed = time.perf_counter_ns() - started
+                status = scope.get(STATUS, 500)
                 if journal is not None:
                     journal.record(scope, started, elapsed, None if body is None else bytes(body))
-                if counts is not None:
-                    counts.count(scope, scope.get(STATUS, 500), elapsed)
+                if counts is not None:  # inline, not a method of RequestCounts: a call less
+                    route = scope.get("route")  # set by the router that took the path
+                    template = route.path if route is not None else counts.unrouted(scope)
+                    counts.pending[scope["method"], template, status].append(elapsed)
                 if stream:
                     self.entries.append(
                         (
                             scope.get("client"),
                             scope["method"],
                             scope["path"],
-                            scope.get(STATUS, 500),
+                            status,
                             elapsed,
                             request_id,
                             started,
