@@ -144,13 +144,14 @@ class AccessLog:
         if request_id is None:
             request_id = next(self.made_ids, None) or self.more_ids()
         scope[REQUEST_ID] = request_id
-        journal, path, body = self.journal, "", None
+        journal = self.journal
+        body: list[bytes] | None = None  # createPet's chunks, kept for the journal
         if journal is not None:  # the test-control plane is on
             path = route_path(scope)
             if not journal.covers(path):
                 journal = None
             elif path == journal.BODY_PATH and scope["method"] == "POST":
-                body = bytearray()
+                body = []
                 receive = copying(receive, body)
         try:
             await self.app(scope, receive, send)
@@ -164,7 +165,9 @@ class AccessLog:
                 elapsed = time.perf_counter_ns() - started
                 status = scope.get(STATUS, 500)
                 if journal is not None:
-                    journal.record(scope, started, elapsed, None if body is None else bytes(body))
+                    journal.record(
+                        scope, started, elapsed, None if body is None else b"".join(body)
+                    )
                 if counts is not None:  # inline, not a method of RequestCounts: a call less
                     route = scope.get("route")  # set by the router that took the path
                     template = route.path if route is not None else counts.unrouted(scope)
