@@ -87,7 +87,7 @@ class RequestCounts:
     A request costs one dict lookup and one list append: the AccessLog layer, which has the
     method, status and duration at hand, appends the duration to `pending` under (method,
     template, status), and `fold` turns those lists into the counts (a sort and a bisect a
-    bucket per list, not per request), every half second (the lifespan) and first thing in
+    bucket per list, not per request), every 50 ms (the lifespan) and first thing in
     every scrape, so a scrape sees every request that ended before it. Counting each request
     into the lists of ints as it ended cost 4.4k instructions a getPet (2 %); this, about a
     third of that, folding included (README, Metrics and logs).

@@ -3,6 +3,7 @@ and --metrics off."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import io
 import os
@@ -147,6 +148,22 @@ def test_folded_durations_count_as_if_counted_one_by_one() -> None:
     assert histograms["GET", "/v1/pets"].counts == by_bucket
     assert histograms["GET", "/v1/pets"].total == sum(noted) / 1e9
     assert counts.pending == {}
+
+
+async def test_durations_are_folded_while_serving_scraped_or_not(
+    app: Petstore, client: httpx.AsyncClient
+) -> None:
+    """Once started, the service folds the durations requests noted into the counts within
+    a moment, without a scrape: the pending lists never hold more than a moment's requests."""
+    assert (await client.get("/healthz")).status_code == 200
+    counts = app.access_log.counts
+    assert counts is not None
+    for _ in range(200):
+        if not counts.pending:
+            break
+        await asyncio.sleep(0.01)
+    assert counts.pending == {}
+    assert counts.by_key["GET", "/healthz", 200][0] == 1
 
 
 async def test_metrics_are_not_in_the_journal_or_the_openapi_document() -> None:
