@@ -214,15 +214,19 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: object) -> AsyncIterator[None]:
         await store.open()
-        # `log` is the AccessLog layer, made below around the others.
-        flusher = asyncio.create_task(_flush_every(log, 0.5)) if access_log else None
+        # `log` is the AccessLog layer, made below around the others, and `counts` its counts.
+        tasks = []
+        if access_log:
+            tasks.append(asyncio.create_task(_flush_every(log, 0.5)))
+        if counts is not None:
+            tasks.append(asyncio.create_task(_fold_every(counts, 0.05)))
         health.started = True
         try:
             yield
         finally:
             health.stopping = True
-            if flusher:
-                flusher.cancel()
+            for task in tasks:
+                task.cancel()
             await store.close()
             log.flush()
 
@@ -286,6 +290,16 @@ async def _flush_every(log: AccessLog, seconds: float) -> None:
     while True:
         await asyncio.sleep(seconds)
         await log.drain()
+
+
+async def _fold_every(counts: RequestCounts, seconds: float) -> None:
+    """Fold the requests' durations into the metrics' counts (a scrape also does it first).
+    Often, so that each fold is short: 15,000 durations (half a second at 30,000 requests a
+    second) took 2.5 ms to fold, holding every request waiting behind it; a twentieth of
+    that is about as long as one chunk of the access log's lines."""
+    while True:
+        await asyncio.sleep(seconds)
+        counts.fold()
 
 
 def _read_seed(path: str) -> list[SeedPet]:

@@ -12,7 +12,6 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from parsing import header
 from routing import Interception, error_response, invalid
 from schemas import (
     DELAY_MAX_MS,
@@ -90,7 +89,11 @@ class Faults:
     ) -> Awaitable[Interception] | None:
         """None for a request without a fault (most requests, decided without an await), else
         the wait and the Interception."""
-        prefer = header(scope, b"prefer")
+        prefer = None
+        for name, value in scope["headers"]:  # parsing.header inline: this runs for every request
+            if name == b"prefer":
+                prefer = value.decode("latin-1")
+                break
         if not prefer and not self.rules:
             return None
         fault = (preferred_fault(prefer) if prefer else None) or self.take(Operation(operation))

@@ -144,14 +144,21 @@ def rfc3339(time_ns: int) -> str:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def copying(receive: Receive, copy: bytearray) -> Receive:
-    """`receive`, copying the body into `copy` until it holds one byte more than the limit."""
+def copying(receive: Receive, kept: list[bytes]) -> Receive:
+    """`receive`, keeping the body's chunks in `kept` until they hold one byte more than the
+    limit: as they came (a chunk that would pass it is cut), so that the usual body of one
+    small chunk is kept without a copy (b"".join of one chunk is that chunk)."""
+    room = JOURNAL_BODY_LIMIT + 1
 
-    async def receive_and_copy() -> Message:
+    async def receive_and_keep() -> Message:
+        nonlocal room
         message = await receive()
-        room = JOURNAL_BODY_LIMIT + 1 - len(copy)
         if room > 0 and message["type"] == "http.request":
-            copy.extend(message.get("body", b"")[:room])
+            chunk: bytes = message.get("body", b"")
+            if len(chunk) > room:
+                chunk = chunk[:room]
+            kept.append(chunk)
+            room -= len(chunk)
         return message
 
-    return receive_and_copy
+    return receive_and_keep

@@ -40,10 +40,13 @@ class JSONResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope[STATUS] = self.status_code
-        headers = self.raw_headers
         if (request_id := scope.get(REQUEST_ID)) is not None:
-            headers = [*headers, (b"x-request-id", request_id)]
-        await send({"type": "http.response.start", "status": self.status_code, "headers": headers})
+            # Added to the response's own list (each response is made for one request and
+            # sent once), not to a copy of it: a list less a request.
+            self.raw_headers.append((b"x-request-id", request_id))
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
         await send({"type": "http.response.body", "body": self.body})
 
 

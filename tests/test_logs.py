@@ -254,3 +254,17 @@ async def test_draining_the_access_log_takes_turns_with_requests(
     written = access_log.getvalue().splitlines()
     assert len(written) == lines
     assert written[-1] == f'127.0.0.1 "GET /v1/pets" 200 412us id-{lines - 1}'
+
+
+@pytest.mark.anyio
+async def test_made_request_ids_count_up_past_a_block_of_them(client: httpx.AsyncClient) -> None:
+    """A request without a usable X-Request-Id gets the process's prefix and a hex counter one
+    more than the last made, also past the 256 ids made at a time: none repeats."""
+    made = [
+        (await client.get("/healthz", headers={"X-Request-Id": "not one"})).headers["x-request-id"]
+        for _ in range(600)
+    ]
+    prefix, _, first = made[0].partition("-")
+    assert re.fullmatch(r"[0-9a-f]{8}", prefix)
+    start = int(first, 16)
+    assert made == [f"{prefix}-{start + number:x}" for number in range(600)]

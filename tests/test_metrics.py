@@ -3,6 +3,7 @@ and --metrics off."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import io
 import os
@@ -14,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import Petstore, create_app
 from datafile import FileStore
-from metrics import BOUNDS
+from metrics import BOUNDS, RequestCounts
 from settings import Settings
 from store import MemoryStore, PetStore
 from tests.conftest import KEY, ServerFactory, assert_error, serving
@@ -122,6 +123,47 @@ async def test_a_scrape_counts_itself_for_the_next_one(client: httpx.AsyncClient
     key = ("petstore_http_requests_total", labels(method="GET", route="/metrics", status="200"))
     assert key not in first
     assert second[key] == 1
+
+
+def test_folded_durations_count_as_if_counted_one_by_one() -> None:
+    """Durations noted between folds land in the bucket whose bound holds them (a duration equal
+    to a bound in that bound's), summed and counted, whether folded at once or in several
+    folds; a method outside HTTP's own is `other`."""
+    counts = RequestCounts(lambda scope: None)
+    bound_ns = [round(bound * 1e9) for bound in BOUNDS]
+    noted = [bound_ns[0], bound_ns[0] + 1, 1, bound_ns[3], bound_ns[-1] + 1, bound_ns[3] - 1]
+    for elapsed in noted[:4]:
+        counts.pending["GET", "/v1/pets", 200].append(elapsed)
+    counts.fold()
+    for elapsed in noted[4:]:
+        counts.pending["GET", "/v1/pets", 200].append(elapsed)
+    counts.pending["BREW", "/v1/pets", 200].append(5)
+    histograms = counts.durations()
+    assert sorted(counts.requests()) == [
+        (("GET", "/v1/pets", "200"), 6),
+        (("other", "/v1/pets", "200"), 1),
+    ]
+    by_bucket = [0] * (len(BOUNDS) + 1)
+    by_bucket[0], by_bucket[1], by_bucket[3], by_bucket[-1] = 2, 1, 2, 1
+    assert histograms["GET", "/v1/pets"].counts == by_bucket
+    assert histograms["GET", "/v1/pets"].total == sum(noted) / 1e9
+    assert counts.pending == {}
+
+
+async def test_durations_are_folded_while_serving_scraped_or_not(
+    app: Petstore, client: httpx.AsyncClient
+) -> None:
+    """Once started, the service folds the durations requests noted into the counts within
+    a moment, without a scrape: the pending lists never hold more than a moment's requests."""
+    assert (await client.get("/healthz")).status_code == 200
+    counts = app.access_log.counts
+    assert counts is not None
+    for _ in range(200):
+        if not counts.pending:
+            break
+        await asyncio.sleep(0.01)
+    assert counts.pending == {}
+    assert counts.by_key["GET", "/healthz", 200][0] == 1
 
 
 async def test_metrics_are_not_in_the_journal_or_the_openapi_document() -> None:
