@@ -7,7 +7,9 @@ import asyncio
 import io
 import json
 import logging
+import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -19,7 +21,8 @@ import pytest
 from app import Petstore
 from server import JsonFormatter
 from settings import Settings
-from tests.conftest import KEY, ROOT, Launcher, ServerFactory, free_port, wait_until
+from tests.conftest import KEY, ROOT, Launcher, Server, ServerFactory, free_port, wait_until
+from tests.test_crash import child_of
 
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 JSON_LOGS = Settings(api_keys=(KEY,), log_format="json")
@@ -194,6 +197,14 @@ def test_no_key_in_any_line_after_refusals_and_a_failed_write(
         admin_key,
     ]
     server = launch(argv, {}, port)
+    try:
+        _refusals_and_a_failed_write_leave_no_key(server, api_key, admin_key)
+    finally:  # `launch` stops strace, which would leave the service it traces running
+        if server.process.poll() is None:
+            os.kill(child_of(server.process.pid), signal.SIGKILL)
+
+
+def _refusals_and_a_failed_write_leave_no_key(server: Server, api_key: str, admin_key: str) -> None:
     server.wait_ready()
     good = {"Authorization": f"Bearer {api_key}"}
     with server.client() as http:
