@@ -120,6 +120,9 @@ def _start(cluster: Cluster) -> None:
         raise BenchError(str(error)) from None
     finally:
         os.sched_setaffinity(0, pinned)
+    # initdb leaves its files unsynced (--no-sync): written back during the first runs, they
+    # would land in the journal commits of the fsyncs timed there.
+    os.sync()
 
 
 def postgres_cpu_seconds(cluster: Cluster) -> float:
@@ -146,6 +149,7 @@ def write_rows(cluster: Cluster, url: str, count: int) -> None:
     durability.py's data file: status cycles available, pending, sold, absent; categoryId is
     id % 100), the counter row after them. The service made the tables already."""
     # ANALYZE: what autovacuum would do after such an insert, before the planner needs it.
+    # CHECKPOINT: the new pages written out now rather than by a checkpoint while timing.
     cluster.sql(
         f"""INSERT INTO petstore_pets (id, status, pet)
         SELECT id, status, format('{{"id":%s,"name":"pet-%s","categoryId":%s%s}}',
@@ -158,6 +162,7 @@ def write_rows(cluster: Cluster, url: str, count: int) -> None:
         ANALYZE petstore_pets""",  # noqa: S608 - only integers of ours go in
         Cluster.name(url),
     )
+    cluster.sql("CHECKPOINT")
 
 
 # --------------------------------------------------------------------------- watching the database
