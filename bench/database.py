@@ -15,7 +15,8 @@ three minutes with the defaults. Four tables:
 
 1. Durable creates/s: POST /v1/pets with wrk -t1 -cN (N = 1, 8, 32) against the data-file
    store and the database store, a warm-up run each, then 3 rounds of --duration seconds,
-   the two alternating. No target; database/file is the median of the rounds' ratios.
+   the two alternating. No target; database/file is the median of the rounds' ratios of
+   requests/s (by the wall clock: the database store's work is partly PostgreSQL's).
 2. getPet (id 4242) and listPets limit=20, wrk -t1 -c32, against the in-memory store, both
    filled with the same 10,000 pets by POST first (bench/run.py's fill), 3 rounds alternating.
    No target; database/memory is the median of the rounds' ratios.
