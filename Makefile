@@ -22,6 +22,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy bench
 
 test: lint
 	$(BIN)/python -m pytest
@@ -35,6 +36,7 @@ bench: install
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/durability.py
 	$(BIN)/python bench/idempotent_creates.py
+	$(BIN)/python bench/database.py
 
 # Refresh both locks from pyproject.toml (needs uv: `pip install uv`).
 lock:

@@ -301,18 +301,77 @@ def run_wrk(
         numbers[name]
         for name in ("failed", "connect_errors", "read_errors", "write_errors", "timeouts")
     )
-    percentiles = statistics.quantiles(latencies_us, n=100)
-    return WrkResult(
+    return _result(
         created=numbers["created"],
         seconds=numbers["duration_us"] / 1e6,
+        errors=errors,
+        server_cpu=server_cpu,
+        server_cpu_seconds=cpu_used,
+        latencies_us=latencies_us,
+    )
+
+
+def _result(  # noqa: PLR0913 - the six figures of a WrkResult, all named
+    *,
+    created: int,
+    seconds: float,
+    errors: int,
+    server_cpu: float,
+    server_cpu_seconds: float,
+    latencies_us: Sequence[float],
+) -> WrkResult:
+    """A WrkResult, its mean, p50 and p99 taken from the latencies."""
+    percentiles = statistics.quantiles(latencies_us, n=100)
+    return WrkResult(
+        created=created,
+        seconds=seconds,
         mean_ms=statistics.fmean(latencies_us) / 1000,
         p50_ms=percentiles[49] / 1000,
         p99_ms=percentiles[98] / 1000,
         errors=errors,
         server_cpu=server_cpu,
-        server_cpu_seconds=cpu_used,
+        server_cpu_seconds=server_cpu_seconds,
         latencies_us=tuple(latencies_us),
     )
+
+
+def pooled(runs: Sequence[WrkResult], *, at_once: bool = False) -> WrkResult:
+    """Runs taken as one: one after the other (requests/s and server CPU over their summed
+    time), or `at_once`, wrk processes against different servers in the same seconds (the
+    requests/s and the servers' CPU add up). Latencies: over every request of every run."""
+    seconds = max(run.seconds for run in runs) if at_once else sum(run.seconds for run in runs)
+    cpu_seconds = sum(run.server_cpu_seconds for run in runs)
+    return _result(
+        created=sum(run.created for run in runs),
+        seconds=seconds,
+        errors=sum(run.errors for run in runs),
+        server_cpu=sum(run.server_cpu for run in runs) if at_once else cpu_seconds / seconds,
+        server_cpu_seconds=cpu_seconds,
+        latencies_us=[latency for run in runs for latency in run.latencies_us],
+    )
+
+
+def take_turns(
+    loads: Mapping[K, Callable[[int], WrkResult]], *, rounds: int, seconds: int, warmup: int
+) -> dict[K, list[WrkResult]]:
+    """A warm-up run of each load (a function of the seconds to run), then `rounds` rounds of
+    a run of each, in the order of `loads` and reversed every other round, so that runs of a
+    round are neighbours in time."""
+    for load in loads.values():
+        load(warmup)
+    runs: dict[K, list[WrkResult]] = {key: [] for key in loads}
+    order = list(loads)
+    for number in range(rounds):
+        for key in order if number % 2 == 0 else order[::-1]:
+            runs[key].append(loads[key](seconds))
+    return runs
+
+
+def wrk_load(
+    server: Server, connections: int, pin: Pinning, requests: WrkRequests = CREATES
+) -> Callable[[int], WrkResult]:
+    """run_wrk with everything but the seconds: a load for take_turns."""
+    return lambda seconds: run_wrk(server, connections, seconds, pin, requests)
 
 
 def alternate(  # noqa: PLR0913 - the loads and the five settings of a schedule, all named
@@ -324,17 +383,16 @@ def alternate(  # noqa: PLR0913 - the loads and the five settings of a schedule,
     warmup: int,
     pin: Pinning,
 ) -> dict[K, list[WrkResult]]:
-    """A warm-up run per server, then `rounds` rounds of a run per server, in the order of
-    `loads` and reversed every other round, so that runs of a round are neighbours in time."""
-    for server, requests in loads.values():
-        run_wrk(server, connections, warmup, pin, requests)
-    runs: dict[K, list[WrkResult]] = {key: [] for key in loads}
-    order = list(loads)
-    for number in range(rounds):
-        for key in order if number % 2 == 0 else order[::-1]:
-            server, requests = loads[key]
-            runs[key].append(run_wrk(server, connections, seconds, pin, requests))
-    return runs
+    """take_turns with a wrk load per server: `connections` connections sending its requests."""
+    return take_turns(
+        {
+            key: wrk_load(server, connections, pin, requests)
+            for key, (server, requests) in loads.items()
+        },
+        rounds=rounds,
+        seconds=seconds,
+        warmup=warmup,
+    )
 
 
 def pair_ratios(

@@ -248,10 +248,16 @@ def bench_list(tmp: Path, fixture: Path, options: Options, pin: Pinning) -> list
     with serve(fixture, tmp / "big.log", pin) as many, serve(small, tmp / "small.log", pin) as few:
         many.wait_ready()
         few.wait_ready()
-        return _list_latency(few, many, options, pin)
+        return list_latency(
+            few, many, pin, pets=options.pets, warmup=options.warmup, store="data file"
+        )
 
 
-def _list_latency(few: Server, many: Server, options: Options, pin: Pinning) -> list[Target]:
+def list_latency(  # noqa: PLR0913 - the two servers, what they hold and the run's settings
+    few: Server, many: Server, pin: Pinning, *, pets: int, warmup: int, store: str
+) -> list[Target]:
+    """listPets of `few` (LIST_STORE pets) against `many` (`pets` pets), the table of `store`
+    and a target per request."""
     variants = (
         ("limit=20", ""),
         ("limit=20 status=available", "&status=available"),
@@ -260,11 +266,9 @@ def _list_latency(few: Server, many: Server, options: Options, pin: Pinning) -> 
     )
     rows = []
     targets = []
-    sizes = ((few, LIST_STORE), (many, options.pets))
+    sizes = ((few, LIST_STORE), (many, pets))
     for title, query in variants:
-        print(
-            f"  listPets {title} at {LIST_STORE:,} and {options.pets:,} pets ...", file=sys.stderr
-        )
+        print(f"  listPets {title} at {LIST_STORE:,} and {pets:,} pets ...", file=sys.stderr)
         requests = {
             count: wrk_requests(200, "/v1/pets?limit=20" + query.format(deep=count - 100))
             for _, count in sizes
@@ -275,10 +279,10 @@ def _list_latency(few: Server, many: Server, options: Options, pin: Pinning) -> 
             connections=1,
             rounds=LIST_ROUNDS,
             seconds=LIST_SECONDS,
-            warmup=options.warmup,
+            warmup=warmup,
             pin=pin,
         )
-        small, large = runs[LIST_STORE], runs[options.pets]
+        small, large = runs[LIST_STORE], runs[pets]
         p50_ratio = statistics.median(pair_ratios(large, small, lambda run: run.p50_ms))
         mean_ratio = statistics.median(pair_ratios(large, small, lambda run: run.mean_ms))
         passed = p50_ratio <= LATENCY_RATIO_TARGET
@@ -294,15 +298,15 @@ def _list_latency(few: Server, many: Server, options: Options, pin: Pinning) -> 
         )
         targets.append(
             Target(
-                f"listPets {title}: p50 at {options.pets:,} pets <= {LATENCY_RATIO_TARGET:g}x "
+                f"listPets {title}: p50 at {pets:,} pets <= {LATENCY_RATIO_TARGET:g}x "
                 f"of {LIST_STORE:,}",
                 f"{p50_ratio:.2f}x",
                 passed,
             )
         )
-    k, m = f"{LIST_STORE // 1000}k", f"{options.pets / 1e6:g}M"
+    k, m = f"{LIST_STORE // 1000}k", f"{pets / 1e6:g}M"
     print_table(
-        f"3. listPets latency, wrk -t1 -c1, {LIST_ROUNDS} rounds of {LIST_SECONDS} s per "
+        f"3. listPets latency, {store}, wrk -t1 -c1, {LIST_ROUNDS} rounds of {LIST_SECONDS} s per "
         "server, access log off (ms; deep: after = pets - 100)",
         [
             "request",
