@@ -22,7 +22,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mypy bench
 
 test: lint
 	$(BIN)/python -m pytest
@@ -36,7 +35,7 @@ bench: install
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/durability.py
 	$(BIN)/python bench/idempotent_creates.py
-	$(BIN)/python bench/database.py
+	$(BIN)/python bench/replicas.py
 
 # Refresh both locks from pyproject.toml (needs uv: `pip install uv`).
 lock:

@@ -2,7 +2,7 @@
 
 Run from the repository root (`make bench` runs it after bench/idempotent_creates.py):
 
-    .venv/bin/python bench/database.py [--duration 2] [--warmup 1] [--pets 1000000]
+    .venv/bin/python bench/replicas.py [--duration 2] [--warmup 1] [--pets 1000000]
         [--tmp-dir DIR]
 
 It needs wrk, taskset and PostgreSQL's server (Debian: `apt-get install postgresql`): it
@@ -407,7 +407,7 @@ def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
 
 def main(argv: Sequence[str]) -> int:
     parser = argument_parser(
-        "bench/database.py",
+        "bench/replicas.py",
         "The database store: creates/s against the data file, reads against memory, listPets "
         "at 1M rows, two replicas against one.",
         duration=2,
