@@ -379,8 +379,8 @@ def __getattr__(name: str) -> Any:
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         configure_logging(settings, uvicorn_too=settings.log_format == "json")
         settings = with_key(settings, sys.stdout)
-        one_process = settings.data is None and settings.database is None
-        if multiprocessing.parent_process() is not None and one_process:
+        in_memory = settings.data is None and settings.database is None
+        if multiprocessing.parent_process() is not None and in_memory:
             raise SettingsError(
                 "several workers would each keep their own in-memory pets: run one worker"
             )
