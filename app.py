@@ -61,7 +61,7 @@ from schemas import (
 )
 from server import StallGuard, access_log_stream, configure_logging, healthcheck, serve
 from settings import Settings, SettingsError, load_settings, with_key
-from store import MemoryStore, PetStore, StorageUnavailable, seed_pets
+from store import MemoryStore, PetStore, seed_pets
 
 __all__ = ["Petstore", "StallGuard", "create_app", "main"]  # StallGuard: `--http app:StallGuard`
 
@@ -91,10 +91,7 @@ class PetRoutes:
 
     async def list_pets(self, scope: Scope, receive: Receive) -> Response:
         limit, status, after = list_query(scope["query_string"])
-        try:
-            page = await self.store.page(limit=limit, status=status, after=after)
-        except StorageUnavailable as error:
-            raise Refused(503, ErrorCode.STORAGE_UNAVAILABLE, str(error)) from None
+        page = await self.store.page(limit=limit, status=status, after=after)
         if not page.has_more:
             return JSONResponse(encoder.encode(page.pets))
         query = f"limit={limit}&status={status.value}" if status else f"limit={limit}"
@@ -108,8 +105,6 @@ class PetRoutes:
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
         try:
             pet, replayed = await self.store.add(new_pet, key)
-        except StorageUnavailable as error:
-            raise Refused(503, ErrorCode.STORAGE_UNAVAILABLE, str(error)) from None
         except IdempotencyConflict:
             raise Refused(
                 409,
@@ -133,10 +128,7 @@ class PetRoutes:
         pet_id = integer(text)
         if pet_id is None or not INT64_MIN <= pet_id <= INT64_MAX:
             raise invalid(f"petId must be an integer from {INT64_MIN} to {INT64_MAX}")
-        try:
-            pet = await self.store.get(pet_id)
-        except StorageUnavailable as error:
-            raise Refused(503, ErrorCode.STORAGE_UNAVAILABLE, str(error)) from None
+        pet = await self.store.get(pet_id)
         if pet is None:
             raise Refused(404, ErrorCode.NOT_FOUND, f"No pet has id {pet_id}")
         return JSONResponse(encoder.encode(pet))

@@ -11,6 +11,7 @@ from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 
 from schemas import Error, ErrorCode, encoder
+from store import StorageUnavailable
 
 logger = logging.getLogger("petstore")
 
@@ -122,7 +123,8 @@ Interceptor = Callable[[Scope, Receive, str], Awaitable[Interception] | None]
 
 class Endpoint:
     """The ASGI app of one path: picks the handler by method and turns whatever it returns or
-    raises into the response (Refused: its Error; anything else: a logged 500), adding the
+    raises into the response (Refused: its Error; a store's StorageUnavailable: 503
+    storage_unavailable; anything else: a logged 500), adding the
     path's own headers to every one of them. `{root_path}` in a header value is the request's
     root path (set by --root-path or by the server), so links keep the proxy's prefix.
     `operations` names the operation of each method, for the interceptor, if there is one."""
@@ -177,6 +179,8 @@ class Endpoint:
                 response = await handler(scope, receive)
         except Refused as refusal:
             response = refusal.response
+        except StorageUnavailable as error:  # from any store, on any operation
+            response = error_response(503, ErrorCode.STORAGE_UNAVAILABLE, str(error))
         except Exception:
             response = internal_error(scope)
         if added:
