@@ -118,10 +118,10 @@ class DatabaseStore:
     Ids become visible in increasing order across every replica, which a sequence can't give
     (id 7 may commit before id 6, and a reader paging with `after=7` would never see 6). Each
     process has one writer task that takes every create queued since its last commit and, in
-    one transaction, reserves a block of ids from the `petstore_ids` row, inserts the batch in
-    one statement and commits. The row stays locked until the commit, so a block with higher
-    ids commits after every lower one; and concurrent creates share one commit (group commit,
-    as the data file does). Idempotency keys are a unique column: a retry sent to another
+    one statement (_CREATE), reserves a block of ids from the `petstore_ids` row and inserts
+    the batch, committed as it ends. The row stays locked until that commit, so a block with
+    higher ids commits after every lower one; and concurrent creates share one commit (group
+    commit, as the data file does). Idempotency keys are a unique column: a retry sent to another
     replica finds its key there.
     """
 

@@ -26,11 +26,11 @@ three minutes with the defaults. Four tables:
 4. Two replicas against one on one database: creates from 32 clients, all against one
    replica or 16 against each of two at once (two wrk processes, their counts added), 3
    rounds alternating. No target. What to expect: the replicas serialize on the counter row
-   through each commit (a batch's UPDATE of `petstore_ids` holds the row's lock until its
-   COMMIT has flushed the WAL), so their commits go one after the other as one replica's do,
-   and a second replica can gain only through bigger batches, its creates piling up while the
-   other commits. But a replica's batch is bounded by its own clients (those not being
-   answered meanwhile), and with 32 clients in all each replica has half of them: expect
+   through each commit (a batch's statement updates `petstore_ids` and holds the row's lock
+   until its commit has flushed the WAL), so their commits go one after the other as one
+   replica's do, and a second replica can gain only through bigger batches, its creates
+   piling up while the other commits. But a replica's batch is bounded by its own clients
+   (those not being answered meanwhile), and with 32 clients in all each has half of them: expect
    two/one near 1 or below, with smaller batches ("pets a commit"). Both replicas share core
    0, so the service's CPU is the same either way.
 
