@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -85,19 +85,22 @@ class Faults:
         self.rules = []
 
     def intercept(
-        self, scope: Scope, receive: Receive, operation: str
+        self, scope: Scope, receive: Receive, operations: Mapping[str, str]
     ) -> Awaitable[Interception] | None:
         """None for a request without a fault (most requests, decided without an await), else
-        the wait and the Interception."""
-        prefer = None
+        the wait and the Interception. `operations`: the operation of each method here."""
+        fault = None
         for name, value in scope["headers"]:  # parsing.header inline: this runs for every request
             if name == b"prefer":
-                prefer = value.decode("latin-1")
+                fault = preferred_fault(value.decode("latin-1"))
                 break
-        if not prefer and not self.rules:
-            return None
-        fault = (preferred_fault(prefer) if prefer else None) or self.take(Operation(operation))
-        return None if fault is None else self._apply(fault, scope, receive)
+        if fault is None:
+            if not self.rules:
+                return None
+            fault = self.take(Operation(operations[scope["method"]]))
+            if fault is None:
+                return None
+        return self._apply(fault, scope, receive)
 
     @staticmethod
     async def _apply(fault: Fault, scope: Scope, receive: Receive) -> Interception:

@@ -9,9 +9,9 @@ import time
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from starlette.types import Message, Receive, Scope
+from starlette.types import Scope
 
-from routing import REQUEST_ID, STATUS, route_path
+from routing import BODY, REQUEST_ID, STATUS, route_path
 from schemas import JOURNAL_BODY_LIMIT, JournalEntry
 
 # Never given out: they carry credentials.
@@ -28,7 +28,6 @@ class Recorded(NamedTuple):
     started_ns: int  # time.perf_counter_ns() when it arrived
     duration_ns: int
     scope: Scope
-    body: bytes | None  # createPet's, at most JOURNAL_BODY_LIMIT + 1 bytes (one more: truncated)
 
     @property
     def method(self) -> str:
@@ -44,15 +43,20 @@ class Recorded(NamedTuple):
         status: int | None = self.scope.get(STATUS)
         return status
 
+    @property
+    def body(self) -> bytes | None:
+        """createPet's (the one body read under /v1), cut by `record` to JOURNAL_BODY_LIMIT + 1
+        bytes (one more: truncated); None when none was read (a 401, an injected status)."""
+        body: bytes | None = self.scope.get(BODY)
+        return body
+
 
 class Journal:
-    """The last `size` requests, oldest first. Recording one costs a small tuple holding the
-    request's scope; the JSON is built when the journal is read, and only then are the
-    credential headers left out and any key of any kind (API or admin) found elsewhere (a query,
-    another header, a body, the path) replaced by "[redacted]": no key is ever in what the
-    journal gives out."""
-
-    BODY_PATH: Final = "/v1/pets"  # createPet's: the one body kept
+    """The last `size` requests under /v1, oldest first. Recording one costs a small tuple
+    holding the request's scope; the JSON is built when the journal is read, and only then are
+    the credential headers left out and any key of any kind (API or admin) found elsewhere (a
+    query, another header, a body, the path) replaced by "[redacted]": no key is ever in what
+    the journal gives out."""
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
         self.ring: collections.deque[Recorded] = collections.deque(maxlen=size)
@@ -70,15 +74,19 @@ class Journal:
             return 0
         return self.ring[-1][0] - self.cleared_at - len(self.ring)
 
-    def covers(self, path: str) -> bool:
-        """Whether requests for this path (the root path taken off) are recorded: under /v1."""
-        return path.startswith("/v1/") or path == "/v1"
-
-    def record(self, scope: Scope, started_ns: int, duration_ns: int, body: bytes | None) -> None:
-        """Note a request that ended: its scope, when it arrived (time.perf_counter_ns), how
-        long it took, createPet's body (as much as `copying` kept)."""
+    def record(self, scope: Scope, started_ns: int, duration_ns: int) -> None:
+        """Note a request that ended, if it was under /v1: its scope, when it arrived
+        (time.perf_counter_ns), how long it took. The body it read (parsing.read_body left
+        it in the scope) is cut to what the journal gives out, and one byte more."""
+        path: str = scope["path"]
+        if scope.get("root_path"):  # route_path only then: a call less for most requests
+            path = route_path(scope)
+        if not (path.startswith("/v1/") or path == "/v1"):
+            return
+        if (chunks := scope.get(BODY)) is not None:  # one chunk: joined and cut without a copy
+            scope[BODY] = b"".join(chunks)[: JOURNAL_BODY_LIMIT + 1]
         # A plain tuple in Recorded's order: its class's constructor is a Python call more.
-        self.ring.append((next(self.sequence), started_ns, duration_ns, scope, body))  # type: ignore[arg-type]
+        self.ring.append((next(self.sequence), started_ns, duration_ns, scope))  # type: ignore[arg-type]
 
     def clear(self) -> None:
         if self.ring:
@@ -142,23 +150,3 @@ def rfc3339(time_ns: int) -> str:
     """A wall-clock time (ns since the epoch) as RFC 3339 in UTC, to the microsecond."""
     moment = datetime.datetime.fromtimestamp(time_ns / 1e9, tz=datetime.UTC)
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def copying(receive: Receive, kept: list[bytes]) -> Receive:
-    """`receive`, keeping the body's chunks in `kept` until they hold one byte more than the
-    limit: as they came (a chunk that would pass it is cut), so that the usual body of one
-    small chunk is kept without a copy (b"".join of one chunk is that chunk)."""
-    room = JOURNAL_BODY_LIMIT + 1
-
-    async def receive_and_keep() -> Message:
-        nonlocal room
-        message = await receive()
-        if room > 0 and message["type"] == "http.request":
-            chunk: bytes = message.get("body", b"")
-            if len(chunk) > room:
-                chunk = chunk[:room]
-            kept.append(chunk)
-            room -= len(chunk)
-        return message
-
-    return receive_and_keep

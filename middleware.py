@@ -20,7 +20,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from journal import Journal, copying, rfc3339
+from journal import Journal, rfc3339
 from metrics import RequestCounts
 from routing import (
     REQUEST_ID,
@@ -130,7 +130,7 @@ class AccessLog:
         return next(self.made_ids)
 
     # One function on purpose: each helper it called was a Python call more for every request.
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: PLR0912
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -144,15 +144,6 @@ class AccessLog:
         if request_id is None:
             request_id = next(self.made_ids, None) or self.more_ids()
         scope[REQUEST_ID] = request_id
-        journal = self.journal
-        body: list[bytes] | None = None  # createPet's chunks, kept for the journal
-        if journal is not None:  # the test-control plane is on
-            path = route_path(scope)
-            if not journal.covers(path):
-                journal = None
-            elif path == journal.BODY_PATH and scope["method"] == "POST":
-                body = []
-                receive = copying(receive, body)
         try:
             await self.app(scope, receive, send)
         except Exception:
@@ -160,14 +151,12 @@ class AccessLog:
                 raise
             await internal_error(scope)(scope, receive, send)
         finally:
-            counts, stream = self.counts, self.stream
+            journal, counts, stream = self.journal, self.counts, self.stream
             if journal is not None or counts is not None or stream:
                 elapsed = time.perf_counter_ns() - started
                 status = scope.get(STATUS, 500)
-                if journal is not None:
-                    journal.record(
-                        scope, started, elapsed, None if body is None else b"".join(body)
-                    )
+                if journal is not None:  # the test-control plane is on
+                    journal.record(scope, started, elapsed)
                 if counts is not None:  # inline, not a method of RequestCounts: a call less
                     route = scope.get("route")  # set by the router that took the path
                     template = route.path if route is not None else counts.unrouted(scope)

@@ -9,7 +9,7 @@ from typing import Final
 import msgspec
 from starlette.types import Receive, Scope
 
-from routing import Refused, invalid
+from routing import BODY, Refused, invalid
 from schemas import (
     INT64_MAX,
     LIMIT_DEFAULT,
@@ -138,21 +138,23 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The whole body, refused early (by Content-Length) or as soon as it passes `limit`."""
+    """The whole body, refused early (by Content-Length) or as soon as it passes `limit`. What
+    was read of it stays in scope[BODY], as chunks (the journal keeps createPet's)."""
     declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
+    scope[BODY] = chunks
     size = 0
     while True:  # ASGI messages read directly: a Request and its stream() cost more
         message = await receive()
         if message["type"] == "http.disconnect":
             raise Refused(400, ErrorCode.MALFORMED_JSON, "The body ended early")
         chunk: bytes = message.get("body", b"")
+        chunks.append(chunk)
         size += len(chunk)
         if size > limit:
             raise _too_large(limit)
-        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 

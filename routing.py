@@ -17,10 +17,12 @@ logger = logging.getLogger("petstore")
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
-# Scope keys (ASGI allows extension keys): the status a response notes once it starts, and the
-# request's id (middleware.AccessLog sets it), which every response carries as X-Request-Id.
+# Scope keys (ASGI allows extension keys): the status a response notes once it starts, the
+# request's id (middleware.AccessLog sets it), which every response carries as X-Request-Id,
+# and the chunks of the body as parsing.read_body read them (for the journal).
 STATUS: Final = "petstore.status"
 REQUEST_ID: Final = "petstore.request_id"
+BODY: Final = "petstore.body"
 
 
 class JSONResponse(Response):
@@ -115,10 +117,11 @@ class Interception(NamedTuple):
     headers: RawHeaders = ()
 
 
-# Looks at a request for an operation (by its name) after the credential check and before its
-# handler: the test-control plane's faults. None: nothing to do (decided without an await, as
-# for most requests); else what to await for the Interception (which may wait first).
-Interceptor = Callable[[Scope, Receive, str], Awaitable[Interception] | None]
+# Looks at a request for an operation (named by the endpoint's map of method to operation)
+# after the credential check and before its handler: the test-control plane's faults. None:
+# nothing to do (decided without an await, as for most requests); else what to await for the
+# Interception (which may wait first).
+Interceptor = Callable[[Scope, Receive, Mapping[str, str]], Awaitable[Interception] | None]
 
 
 class Endpoint:
@@ -170,7 +173,7 @@ class Endpoint:
                     {"Allow": self.allow},
                 )
             if self.intercept is not None and (
-                pending := self.intercept(scope, receive, self.operations[scope["method"]])
+                pending := self.intercept(scope, receive, self.operations)
             ):
                 interception = await pending
                 added = interception.headers

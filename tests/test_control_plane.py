@@ -23,7 +23,7 @@ from app import Petstore, create_app
 from datafile import FileStore
 from journal import Journal
 from middleware import BearerAuth
-from routing import Endpoint, IndexedRouter
+from routing import BODY, Endpoint, IndexedRouter
 from schemas import seed_decoder
 from settings import Settings
 from store import MemoryStore, PetStore
@@ -353,6 +353,37 @@ async def test_journal_cuts_a_body_at_4096_bytes(plane: httpx.AsyncClient) -> No
     assert "bodyTruncated" not in exact_entry
 
 
+async def test_journal_keeps_the_body_the_service_read() -> None:
+    """The body is what createPet read: a body sent in pieces, whole; one over --max-body, as
+    far as it was read; none for a create refused before reading (401, an injected status)."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), max_body=100)
+    async with running(plane_app(settings)) as plane:
+
+        async def pieces(*chunks: bytes) -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+        headers = AUTH | {"Content-Type": "application/json"}
+        sent = await plane.post(
+            "/v1/pets", content=pieces(b'{"name": "Rex", ', b'"categoryId": 1}'), headers=headers
+        )
+        assert sent.status_code == 201
+        too_large = await plane.post(
+            "/v1/pets", content=pieces(b"a" * 60, b"b" * 60, b"c" * 60), headers=headers
+        )
+        assert too_large.status_code == 413
+        await plane.post("/v1/pets", json=REX)  # 401
+        await add_rule(plane, operation="createPet", status=503, times=1)
+        injected = await plane.post("/v1/pets", json=REX, headers=AUTH)
+        assert injected.status_code == 503
+        entries = (await journal(plane))["requests"]
+    assert [entry["status"] for entry in entries] == [201, 413, 401, 503]
+    assert entries[0]["body"] == '{"name": "Rex", "categoryId": 1}'
+    assert entries[1]["body"] == "a" * 60 + "b" * 60  # the third piece was never read
+    assert "body" not in entries[2]
+    assert "body" not in entries[3]
+
+
 async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) -> None:
     """Keys sent where they don't belong (another header, the query, the path, a body) are
     redacted; the credential headers are never kept."""
@@ -403,7 +434,8 @@ async def test_journal_memory_is_bounded() -> None:
     tracemalloc.start()
     try:
         for number in range(3000):
-            journal_.record(scope(number), 0, 1000, bytes(bytearray(4097)))  # its own body
+            body = [bytes(bytearray(8192))]  # its own, over the limit: cut to 4097 bytes
+            journal_.record({**scope(number), BODY: body}, 0, 1000)
             assert len(journal_.ring) == min(number + 1, 1000)
         used, _ = tracemalloc.get_traced_memory()
     finally:
