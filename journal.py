@@ -11,7 +11,7 @@ from typing import Final, NamedTuple
 
 from starlette.types import Scope
 
-from routing import BODY, REQUEST_ID, STATUS, route_path
+from routing import BODY, REQUEST_ID_HEADER, STATUS, route_path
 from schemas import JOURNAL_BODY_LIMIT, JournalEntry
 
 # Never given out: they carry credentials.
@@ -135,7 +135,7 @@ class Journal:
             query=self._redact(scope["query_string"].decode("latin-1")),
             status=recorded.status,
             durationMs=round(recorded.duration_ns / 1e6, 3),
-            requestId=self._redact(scope[REQUEST_ID].decode("latin-1")),
+            requestId=self._redact(scope[REQUEST_ID_HEADER][1].decode("latin-1")),
             headers=headers,
         )
         if recorded.body is not None:

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from journal import Journal, rfc3339
 from metrics import RequestCounts
 from routing import (
-    REQUEST_ID,
+    REQUEST_ID_HEADER,
     STATUS,
     JSONResponse,
     RawHeaders,
@@ -39,6 +39,7 @@ logger = logging.getLogger("petstore")
 _REQUEST_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
 # The last two hex digits of the ids this process makes (AccessLog.more_ids).
 _ID_ENDINGS: Final = tuple(b"%02x" % ending for ending in range(256))
+_ID_HEADER_NAME: Final = b"x-request-id"
 
 
 class RootPath:
@@ -75,14 +76,14 @@ _access_line_encoder: Final = msgspec.json.Encoder()
 _LINES_A_CHUNK: Final = 256
 # A request as the access log notes it: client, method, path, status, duration (ns), request
 # id, and when it arrived (time.perf_counter_ns).
-_Entry = tuple[tuple[str, int] | None, str, str, int, int, bytes, int]
+_Entry = tuple[tuple[str, int] | None, str, str, int, int, tuple[bytes, bytes], int]
 
 
 class AccessLog:
     """One line per request (client, method, path, status, duration in microseconds, request
     id), never a header; no lines at all when `stream` is None (log level warning and above).
 
-    Being the outermost of our layers, it gives each request its id (scope[REQUEST_ID]): the
+    Being the outermost of our layers, it gives each request its id (scope[REQUEST_ID_HEADER]): the
     client's own X-Request-Id when that is 1 to 128 visible ASCII characters, else one made of
     a per-process random prefix and a counter (made 256 at a time; uuid4 costs two microseconds).
 
@@ -118,15 +119,17 @@ class AccessLog:
         self.entries: list[_Entry] = []
         self.id_prefix = secrets.token_hex(4).encode() + b"-"
         self.id_blocks = itertools.count(1)  # of 256 ids: the counter's digits but the last two
-        self.made_ids: Iterator[bytes] = iter(())
+        self.made_ids: Iterator[tuple[bytes, bytes]] = iter(())
 
-    def more_ids(self) -> bytes:
-        """The next of the ids this process makes, 256 made at a time: the prefix and a hex
-        counter whose last two digits come from a table (made once), joined and split in one
-        go. Formatting each id as its request came (`b"%s%x" % ...`) cost 1.5k instructions,
-        about as much as all the rest of a request's id."""
+    def more_ids(self) -> tuple[bytes, bytes]:
+        """The next of the ids this process makes, as its header, 256 made at a time: the
+        prefix and a hex counter whose last two digits come from a table (made once), joined
+        and split in one go, each paired with the header's name as zip takes it. Formatting
+        each id as its request came (`b"%s%x" % ...`) cost 1.5k instructions, about as much as
+        all the rest of a request's id."""
         head = b"%s%x" % (self.id_prefix, next(self.id_blocks))
-        self.made_ids = iter((head + (b" " + head).join(_ID_ENDINGS)).split())
+        ids = (head + (b" " + head).join(_ID_ENDINGS)).split()
+        self.made_ids = zip(itertools.repeat(_ID_HEADER_NAME), ids, strict=False)
         return next(self.made_ids)
 
     # One function on purpose: each helper it called was a Python call more for every request.
@@ -139,11 +142,11 @@ class AccessLog:
         for name, value in scope["headers"]:  # inline, not a method: a call less a request
             if name == b"x-request-id":
                 if _REQUEST_ID.fullmatch(value):
-                    request_id = value
+                    request_id = (name, value)
                 break
         if request_id is None:
             request_id = next(self.made_ids, None) or self.more_ids()
-        scope[REQUEST_ID] = request_id
+        scope[REQUEST_ID_HEADER] = request_id
         try:
             await self.app(scope, receive, send)
         except Exception:
@@ -221,7 +224,7 @@ class AccessLog:
     def _text_lines(entries: list[_Entry]) -> str:
         return "".join(
             f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us '
-            f"{request_id.decode('latin-1')}\n"
+            f"{request_id[1].decode('latin-1')}\n"
             for client, method, path, status, elapsed, request_id, _ in entries
         )
 
@@ -236,7 +239,7 @@ class AccessLog:
                 path,
                 status,
                 elapsed // 1000,
-                request_id.decode("latin-1"),
+                request_id[1].decode("latin-1"),
             )
             for client, method, path, status, elapsed, request_id, started in entries
         ]

@@ -23,7 +23,7 @@ from app import Petstore, create_app
 from datafile import FileStore
 from journal import Journal
 from middleware import BearerAuth
-from routing import BODY, Endpoint, IndexedRouter
+from routing import BODY, REQUEST_ID_HEADER, Endpoint, IndexedRouter
 from schemas import seed_decoder
 from settings import Settings
 from store import MemoryStore, PetStore
@@ -428,7 +428,7 @@ async def test_journal_memory_is_bounded() -> None:
             "raw_path": b"/v1/pets",
             "query_string": b"",
             "petstore.status": 201,
-            "petstore.request_id": b"0123abcd-%x" % number,
+            REQUEST_ID_HEADER: (b"x-request-id", b"0123abcd-%x" % number),
         }
 
     tracemalloc.start()

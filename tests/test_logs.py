@@ -245,7 +245,7 @@ async def test_draining_the_access_log_takes_turns_with_requests(
     loop back between chunks (so requests waiting meanwhile are not held up), and writes all."""
     lines = 10_000
     app.access_log.entries = [
-        (("127.0.0.1", 5000), "GET", "/v1/pets", 200, 412_000, b"id-%d" % n, 0)
+        (("127.0.0.1", 5000), "GET", "/v1/pets", 200, 412_000, (b"x-request-id", b"id-%d" % n), 0)
         for n in range(lines)
     ]
     turns = 0
