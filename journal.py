@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import functools
 import itertools
 import time
 from collections.abc import Iterable
@@ -147,6 +148,14 @@ class Journal:
 
 
 def rfc3339(time_ns: int) -> str:
-    """A wall-clock time (ns since the epoch) as RFC 3339 in UTC, to the microsecond."""
-    moment = datetime.datetime.fromtimestamp(time_ns / 1e9, tz=datetime.UTC)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """A wall-clock time (ns since the epoch) as RFC 3339 in UTC, to the microsecond (cut, not
+    rounded). The date and time to the second are made once a second: a datetime made and
+    formatted for each of the access log's JSON lines cost 21k instructions, 4x this."""
+    seconds, ns = divmod(time_ns, 1_000_000_000)
+    return f"{_to_the_second(seconds)}.{ns // 1000:06d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _to_the_second(seconds: int) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S")

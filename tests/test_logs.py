@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from app import Petstore
+from journal import rfc3339
 from server import JsonFormatter
 from settings import Settings
 from tests.conftest import KEY, ROOT, Launcher, Server, ServerFactory, free_port, wait_until
@@ -85,6 +86,20 @@ async def test_access_log_json_lines_carry_the_contract_fields(
         assert -5 < seconds_ago(line["time"]) < 60
         assert isinstance(line["durationUs"], int)
         assert 0 <= line["durationUs"] < 10_000_000
+
+
+@pytest.mark.parametrize(
+    ("time_ns", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000000Z"),
+        (1_796_083_199_999_999_999, "2026-11-30T23:59:59.999999Z"),  # cut, not rounded up
+        (1_796_083_200_000_000_999, "2026-12-01T00:00:00.000000Z"),  # the next second's text
+        (1_796_083_200_123_456_789, "2026-12-01T00:00:00.123456Z"),
+    ],
+)
+def test_rfc3339_is_utc_to_the_microsecond(time_ns: int, text: str) -> None:
+    """The times of the JSON log lines and of the journal, each second's text made once."""
+    assert rfc3339(time_ns) == text
 
 
 def test_json_formatter_writes_time_level_logger_message_and_the_traceback() -> None:
