@@ -145,8 +145,8 @@ class PetRoutes:
     async def readyz(self, scope: Scope, receive: Receive) -> Response:
         if not self.health.started or self.health.stopping:
             return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, "Not serving requests yet")
-        if not self.store.writable:
-            return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, "The store takes no writes")
+        if (problem := self.store.unwritable) is not None:  # the store's own words
+            return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, problem)
         return JSONResponse(b'{"status":"ready"}')
 
 

@@ -243,8 +243,12 @@ class DatabaseStore:
                 self._pool.terminate()
 
     @property
-    def writable(self) -> bool:
-        return self._prepared and self._outage is None and self._fatal is None
+    def unwritable(self) -> str | None:
+        if self._fatal is not None:
+            return self._fatal
+        if self._outage is not None or not self._prepared:
+            return f"The database is unavailable: {self._outage or 'not ready yet'}"
+        return None
 
     @property
     def count(self) -> int:
@@ -253,10 +257,8 @@ class DatabaseStore:
     def _pool_or_refuse(self) -> asyncpg.Pool:
         """The pool, or StorageUnavailable at once while the database is known to be away:
         the probe finds out when it is back, and requests don't each wait for a timeout."""
-        if self._pool is None or not self.writable:
-            raise StorageUnavailable(
-                self._fatal or f"The database is unavailable: {self._outage or 'not ready yet'}"
-            )
+        if (problem := self.unwritable) is not None or self._pool is None:
+            raise StorageUnavailable(problem or "The database is unavailable: not ready yet")
         return self._pool
 
     async def get(self, pet_id: int) -> Pet | None:

@@ -292,8 +292,8 @@ class FileStore(IndexedReads):
         os.close(self._fd)  # also lets go of the lock
 
     @property
-    def writable(self) -> bool:
-        return self._failure is None
+    def unwritable(self) -> str | None:
+        return self._failure
 
     async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         done: asyncio.Future[Pet] = asyncio.get_running_loop().create_future()

@@ -190,7 +190,7 @@ class Metrics:
         yield GaugeMetricFamily(
             "petstore_store_writable",
             "1 while the store takes creates, 0 once it stopped (a failed fdatasync).",
-            1 if self.store.writable else 0,
+            0 if self.store.unwritable else 1,
         )
         if self.data_file is not None:
             syncs = self.data_file.sync_durations

@@ -54,8 +54,9 @@ class PetStore(Protocol):
         """Finish pending writes and let go of resources; called once at shutdown."""
 
     @property
-    def writable(self) -> bool:
-        """Whether `add` can succeed; readiness reports it."""
+    def unwritable(self) -> str | None:
+        """None while `add` can succeed, else why it can't: what /readyz answers (its 503's
+        message) and the metrics' petstore_store_writable report."""
 
     @property
     def count(self) -> int:
@@ -197,8 +198,8 @@ class MemoryStore(IndexedReads):
         pass
 
     @property
-    def writable(self) -> bool:
-        return True
+    def unwritable(self) -> str | None:
+        return None
 
     async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         with self._lock:

@@ -128,20 +128,14 @@ def test_fdatasync_eio_on_the_real_process(
         (201, first),
         (201, second),
     ]
+    stopped = storage_unavailable(
+        "The store takes no writes: fsync failed: Input/output error; creates stop until a restart"
+    )
     assert [(response.status_code, response.json()) for response in failed] == [
         (503, storage_unavailable("The data file can't be made durable: Input/output error")),
-        (
-            503,
-            storage_unavailable(
-                "The store takes no writes: fsync failed: Input/output error; "
-                "creates stop until a restart"
-            ),
-        ),
+        (503, stopped),
     ]
-    assert (ready.status_code, ready.json()) == (
-        503,
-        storage_unavailable("The store takes no writes"),
-    )
+    assert (ready.status_code, ready.json()) == (503, stopped)
     assert (listed.status_code, listed.json()) == (200, [first, second])
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert "fsync failed: Input/output error" in traced.stderr

@@ -327,6 +327,8 @@ def test_an_outage_answers_503_then_recovers_by_itself(
         wait_until(lambda: len(acknowledged) >= 100, "100 creates acknowledged")
         own_postgres.stop("immediate")
         wait_until(lambda: http.get("/readyz").status_code == 503, "readyz 503")
+        why = assert_error(http.get("/readyz"), 503, "storage_unavailable")
+        assert why.startswith("The database is unavailable: "), why  # the cause, named
         assert_error(http.post("/v1/pets", json=REX), 503, "storage_unavailable")
         assert_error(http.get("/v1/pets/1"), 503, "storage_unavailable")
         assert_error(http.get("/v1/pets"), 503, "storage_unavailable")
@@ -356,7 +358,8 @@ def test_the_start_waits_for_the_database(start_server: ServerFactory) -> None:
         server = start_server("--database", cluster.url("postgres"), wait=False)
         with server.client() as http:
             wait_until(lambda: "petstore: ready at" in server.stdout, "the ready line")
-            assert_error(http.get("/readyz"), 503, "storage_unavailable")
+            why = assert_error(http.get("/readyz"), 503, "storage_unavailable")
+            assert why.startswith("The database is unavailable: "), why
             assert http.get("/healthz").status_code == 200
             cluster.start()
             server.wait_ready()
