@@ -329,12 +329,14 @@ def test_an_outage_answers_503_then_recovers_by_itself(
         wait_until(lambda: http.get("/readyz").status_code == 503, "readyz 503")
         why = assert_error(http.get("/readyz"), 503, "storage_unavailable")
         assert why.startswith("The database is unavailable: "), why  # the cause, named
+        assert "\npetstore_store_writable 0.0\n" in http.get("/metrics").text
         assert_error(http.post("/v1/pets", json=REX), 503, "storage_unavailable")
         assert_error(http.get("/v1/pets/1"), 503, "storage_unavailable")
         assert_error(http.get("/v1/pets"), 503, "storage_unavailable")
         assert http.get("/healthz").status_code == 200
         own_postgres.start()
         wait_until(lambda: http.get("/readyz").status_code == 200, "readyz 200 again")
+        assert "\npetstore_store_writable 1.0\n" in http.get("/metrics").text
     with server.client() as http:
         assert http.post("/v1/pets", json=REX).status_code == 201
         assert set(acknowledged) <= set(every_id(http))
