@@ -189,7 +189,7 @@ class Metrics:
         yield GaugeMetricFamily("petstore_pets", "Pets in the store.", self.store.count)
         yield GaugeMetricFamily(
             "petstore_store_writable",
-            "1 while the store takes creates, 0 once it stopped (a failed fdatasync).",
+            "1 while the store takes creates, 0 while it can't (a failed fdatasync, no database).",
             0 if self.store.unwritable else 1,
         )
         if self.data_file is not None:
