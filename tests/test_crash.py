@@ -5,105 +5,22 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
-import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.conftest import AUTH, KEY, ROOT, Server, ServerFactory, free_port
+from tests.conftest import AUTH, Server, ServerFactory, TracedFactory
 
-STRACE = shutil.which("strace") or "/usr/bin/strace"
 WILMA = {"name": "Wilma", "categoryId": 3, "status": "pending"}
 
 
 def storage_unavailable(message: str) -> dict[str, Any]:
     return {"code": "storage_unavailable", "message": message, "status": 503}
-
-
-def child_of(parent: int) -> int:
-    """The pid of the process whose parent is `parent` (strace's one child: the service)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # the process went away while we looked
-            continue
-        # Fields after the command name, which is in parentheses and may hold spaces.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
-            return int(entry.name)
-    raise AssertionError(f"process {parent} has no child")
-
-
-@dataclass
-class TracedServer(Server):
-    """`python app.py` run by strace; `process` is strace, signals go to the service itself."""
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.process.poll() is None:
-            os.kill(child_of(self.process.pid), signal.SIGTERM)
-        return self.process.wait(timeout)  # strace ends once the service has ended
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.kill(child_of(self.process.pid), signal.SIGKILL)
-            self.process.wait(15)
-
-
-TracedFactory = Callable[..., TracedServer]
-
-
-@pytest.fixture
-def start_traced(tmp_path: Path) -> Iterator[TracedFactory]:
-    """Start `strace -f -qq -o /dev/null STRACE_ARGS python app.py --data DATA` on a free port,
-    like conftest's start_server; killed at the end if still running."""
-    started: list[TracedServer] = []
-
-    def start(data: Path, *strace_args: str) -> TracedServer:
-        port = free_port()
-        number = len(started)
-        stdout_path = tmp_path / f"traced{number}.out"
-        stderr_path = tmp_path / f"traced{number}.err"
-        environment = {
-            name: value for name, value in os.environ.items() if not name.startswith("PETSTORE_")
-        }
-        argv = [
-            STRACE,
-            "-f",
-            "-qq",
-            "-o",
-            "/dev/null",
-            *strace_args,
-            sys.executable,
-            str(ROOT / "app.py"),
-            "--data",
-            str(data),
-            "--port",
-            str(port),
-            "--api-key",
-            KEY,
-        ]
-        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-            process = subprocess.Popen(argv, stdout=out, stderr=err, env=environment, cwd=ROOT)
-        server = TracedServer(process, port, stdout_path, stderr_path, dict(AUTH))
-        started.append(server)
-        server.wait_ready()
-        return server
-
-    yield start
-    for server in started:
-        server.kill()
 
 
 def test_fdatasync_eio_on_the_real_process(

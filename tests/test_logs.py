@@ -22,8 +22,16 @@ from app import Petstore
 from journal import rfc3339
 from server import JsonFormatter
 from settings import Settings
-from tests.conftest import KEY, ROOT, Launcher, Server, ServerFactory, free_port, wait_until
-from tests.test_crash import child_of
+from tests.conftest import (
+    KEY,
+    ROOT,
+    Launcher,
+    Server,
+    ServerFactory,
+    child_of,
+    free_port,
+    wait_until,
+)
 
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 JSON_LOGS = Settings(api_keys=(KEY,), log_format="json")
