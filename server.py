@@ -1,5 +1,5 @@
-"""Running under uvicorn: the slow-client guard, the ready line, readiness off at shutdown, the
-logs, and `healthcheck`."""
+"""Running under uvicorn: the slow-client guard, one write a response, the ready line, readiness
+off at shutdown, the logs, and `healthcheck`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import uvicorn
 import uvicorn.config
 from starlette.types import ASGIApp
 from uvicorn.config import LOG_LEVELS
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from faults import CLOSE_EXTENSION
 from journal import rfc3339
@@ -27,10 +27,52 @@ from settings import Settings
 logger = logging.getLogger("petstore")
 
 
+class OneWrite:
+    """The transport as one request's cycle (uvicorn's RequestResponseCycle) sees it: the
+    response's head is held back and goes out with the first piece of its body, in one
+    writelines (one writev). uvicorn writes the two apart, two system calls a response; one
+    is 16 % more requests per CPU-second on getPet (README, Performance). A 100 Continue, and
+    the head of a HEAD response (which has no body), go out at once; closing sends what is
+    held first."""
+
+    __slots__ = ("cycle", "held", "transport", "waiting")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self.transport = transport
+        self.cycle = cycle
+        self.held: bytes | None = None
+        self.waiting = True  # for the response's head
+
+    def write(self, data: bytes) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            self.transport.writelines((held, data))
+        elif (
+            self.waiting
+            and self.cycle.response_started  # else a 100 Continue
+            and self.cycle.scope["method"] != "HEAD"
+        ):
+            self.waiting = False
+            self.held = data
+        else:
+            self.transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.held is not None:  # a response the app left unfinished
+            self.transport.write(self.held)
+            self.held = None
+        self.transport.close()
+
+
 class StallGuard(HttpToolsProtocol):
     """uvicorn's HTTP protocol, plus a deadline: a client gets `client_timeout` seconds to send
     a whole request head, and its body may not stall longer than that. uvicorn alone waits
-    forever, which lets a slowloris client hold connections open.
+    forever, which lets a slowloris client hold connections open. And each response goes out
+    in one write (OneWrite).
 
     It costs a request one stamp of the clock: a single timer a connection wakes up every
     `client_timeout` seconds and reads what the client still owes from uvicorn's own state.
@@ -64,6 +106,14 @@ class StallGuard(HttpToolsProtocol):
         self._began = self._progress = self.loop.time()
         if self.offers_close:
             self.scope["extensions"] = self._extensions
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        # A cycle made just now (its task runs from the loop's next turn); not one kept from
+        # the request before, as when uvicorn returned early (an upgrade).
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = OneWrite(self.transport, cycle)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)

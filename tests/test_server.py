@@ -3,6 +3,7 @@ and the probes."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +24,7 @@ from tests.conftest import (
     WRONG_KEY,
     Launcher,
     ServerFactory,
+    TracedFactory,
     answers,
     bearer,
     environment,
@@ -380,3 +383,42 @@ def test_healthcheck_fails_on_an_answer_other_than_200() -> None:
         thread.join(10)
     assert result.returncode == 1
     assert result.stderr == f"petstore healthcheck: http://127.0.0.1:{port}/healthz answered 503\n"
+
+
+def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFactory) -> None:
+    """uvicorn writes a response's head and body apart; StallGuard sends them in one writev. A
+    HEAD response's head (no body follows) and a 100 Continue go out at once, by themselves."""
+    trace = tmp_path / "writes.trace"
+    strace_args = ("-e", "trace=write,writev", "-s", "200", "-o", str(trace))
+    server = start_traced(tmp_path / "pets.jsonl", *strace_args)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    connection.request("GET", "/v1/pets/1", headers=bearer(KEY))
+    missing = connection.getresponse()
+    assert (missing.status, json.loads(missing.read())["code"]) == (404, "not_found")
+    connection.request("HEAD", "/v1/pets", headers=bearer(KEY))
+    head = connection.getresponse()
+    assert (head.status, head.read()) == (200, b"")
+    connection.close()
+    body = json.dumps({"name": "Rex", "categoryId": 1}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(
+            b"POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Expect: 100-continue\r\n\r\n" % (KEY.encode(), len(body))
+        )
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"  # before the body is sent
+        sock.sendall(body)
+        assert sock.recv(1000).startswith(b"HTTP/1.1 201 Created\r\n")
+    assert server.stop() in (0, -15)
+    calls = [
+        line
+        for line in trace.read_text().splitlines()
+        if '"HTTP/1.1 ' in line and '\\"ready\\"' not in line  # not readiness, polled first
+    ]
+    assert len(calls) == 4, calls
+    not_found, head_only, go_on, created = calls
+    assert " writev(" in not_found and not_found.endswith("], 2) = " + not_found.split()[-1])
+    assert '"{\\"code\\":\\"not_found\\"' in not_found  # the body, in the same call
+    assert " write(" in head_only and '"HTTP/1.1 200 OK' in head_only
+    assert " write(" in go_on and '"HTTP/1.1 100 Continue' in go_on
+    assert " writev(" in created and '"{\\"id\\":1,' in created
