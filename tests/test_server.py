@@ -386,10 +386,11 @@ def test_healthcheck_fails_on_an_answer_other_than_200() -> None:
 
 
 def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFactory) -> None:
-    """uvicorn writes a response's head and body apart; StallGuard sends them in one writev. A
-    HEAD response's head (no body follows) and a 100 Continue go out at once, by themselves."""
+    """uvicorn writes a response's head and body apart; StallGuard sends them in one write (a
+    body over 64 KiB: one writev of the two). A HEAD response's head (no body follows) and a
+    100 Continue go out at once, by themselves."""
     trace = tmp_path / "writes.trace"
-    strace_args = ("-e", "trace=write,writev", "-s", "200", "-o", str(trace))
+    strace_args = ("-e", "trace=write,writev", "-s", "2000", "-o", str(trace))
     server = start_traced(tmp_path / "pets.jsonl", *strace_args)
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     connection.request("GET", "/v1/pets/1", headers=bearer(KEY))
@@ -398,6 +399,11 @@ def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFa
     connection.request("HEAD", "/v1/pets", headers=bearer(KEY))
     head = connection.getresponse()
     assert (head.status, head.read()) == (200, b"")
+    connection.request("GET", "/docs/swagger-ui-bundle.js")  # over 64 KiB: a writev of the two
+    bundle = connection.getresponse()
+    length = int(bundle.headers["content-length"])
+    assert (bundle.status, len(bundle.read())) == (200, length)
+    assert length > 64 * 1024
     connection.close()
     body = json.dumps({"name": "Rex", "categoryId": 1}).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
@@ -415,10 +421,13 @@ def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFa
         for line in trace.read_text().splitlines()
         if '"HTTP/1.1 ' in line and '\\"ready\\"' not in line  # not readiness, polled first
     ]
-    assert len(calls) == 4, calls
-    not_found, head_only, go_on, created = calls
-    assert " writev(" in not_found and not_found.endswith("], 2) = " + not_found.split()[-1])
-    assert '"{\\"code\\":\\"not_found\\"' in not_found  # the body, in the same call
-    assert " write(" in head_only and '"HTTP/1.1 200 OK' in head_only
-    assert " write(" in go_on and '"HTTP/1.1 100 Continue' in go_on
-    assert " writev(" in created and '"{\\"id\\":1,' in created
+    assert len(calls) == 5, calls
+    not_found, head_only, large, go_on, created = calls
+    assert " write(" in not_found and '\\r\\n\\r\\n{\\"code\\":\\"not_found\\"' in not_found
+    assert " write(" in head_only and head_only.endswith(
+        '\\r\\n\\r\\n", ' + head_only.split(", ")[-1]
+    )
+    assert " writev(" in large and large.endswith(f"], 2) = {large.split()[-1]}")
+    assert int(large.split()[-1]) == length + int(large.split("iov_len=")[1].split("}")[0])
+    assert " write(" in go_on and '"HTTP/1.1 100 Continue\\r\\n\\r\\n"' in go_on
+    assert " write(" in created and '\\r\\n\\r\\n{\\"id\\":1,' in created
