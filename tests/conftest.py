@@ -174,15 +174,11 @@ def start_server(tmp_path: Path) -> Iterator[ServerFactory]:
         number = len(started)
         stdout_path = tmp_path / f"server{number}.out"
         stderr_path = tmp_path / f"server{number}.err"
-        environment = {
-            name: value for name, value in os.environ.items() if not name.startswith("PETSTORE_")
-        }
-        environment.update(env or {})
         argv = [sys.executable, str(ROOT / "app.py"), "--port", str(port), *args]
         if key is not None:
             argv += ["--api-key", key]
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-            process = subprocess.Popen(argv, stdout=out, stderr=err, env=environment, cwd=ROOT)
+            process = subprocess.Popen(argv, stdout=out, stderr=err, env=environment(env), cwd=ROOT)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         server = Server(process, port, stdout_path, stderr_path, headers)
         started.append(server)
@@ -338,9 +334,6 @@ def start_traced(tmp_path: Path) -> Iterator[TracedFactory]:
         number = len(started)
         stdout_path = tmp_path / f"traced{number}.out"
         stderr_path = tmp_path / f"traced{number}.err"
-        environment = {
-            name: value for name, value in os.environ.items() if not name.startswith("PETSTORE_")
-        }
         argv = [
             STRACE,
             "-f",
@@ -358,7 +351,7 @@ def start_traced(tmp_path: Path) -> Iterator[TracedFactory]:
             KEY,
         ]
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-            process = subprocess.Popen(argv, stdout=out, stderr=err, env=environment, cwd=ROOT)
+            process = subprocess.Popen(argv, stdout=out, stderr=err, env=environment(), cwd=ROOT)
         server = TracedServer(process, port, stdout_path, stderr_path, dict(AUTH))
         started.append(server)
         server.wait_ready()
