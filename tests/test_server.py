@@ -3,6 +3,8 @@ and the probes."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import http.client
 import json
 import re
@@ -17,7 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
+import server
+from app import Petstore
 from tests.conftest import (
     KEY,
     ROOT,
@@ -33,6 +38,7 @@ from tests.conftest import (
 )
 
 OTHER_KEY = "other-key-9876543210"
+AUTH_LINE = b"Authorization: Bearer %s\r\n" % KEY.encode()
 
 
 def read_until_closed(sock: socket.socket) -> bytes:
@@ -248,9 +254,10 @@ def test_uvicorn_with_two_workers_over_memory_is_refused_and_stops(launch: Launc
             f"still running after 10 s, {lines.count(WORKERS_REFUSED)} refusals so far; "
             "stderr starts:\n" + "\n".join(lines[:12])
         ) from None
-    lines = server.stderr.splitlines()
-    assert 1 <= lines.count(WORKERS_REFUSED) <= 2  # once a worker, never restarted
-    assert any("failed to start, stopping the parent process" in line for line in lines)
+    stderr = server.stderr
+    lines = stderr.splitlines()
+    assert 1 <= lines.count(WORKERS_REFUSED) <= 2, stderr  # once a worker, never restarted
+    assert any("failed to start, stopping the parent process" in line for line in lines), stderr
 
 
 # --------------------------------------------------------------------------- probes
@@ -383,6 +390,48 @@ def test_healthcheck_fails_on_an_answer_other_than_200() -> None:
         thread.join(10)
     assert result.returncode == 1
     assert result.stderr == f"petstore healthcheck: http://127.0.0.1:{port}/healthz answered 503\n"
+
+
+def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
+    """uvicorn's protocol under StallGuard, in this process: each request's objects are freed
+    as it ends, none left in a reference cycle for the garbage collector (one a request cost
+    6 % of the CPU in collections, and their pauses)."""
+
+    async def exchange() -> list[object]:
+        config = uvicorn.Config(
+            app, port=0, http=server._guard(10.0, offers_close=False), lifespan="off"
+        )
+        serving = uvicorn.Server(config)
+        listener = socket.create_server(("127.0.0.1", 0))  # listening: connect at once
+        task = asyncio.create_task(serving.serve(sockets=[listener]))
+        reader, writer = await asyncio.open_connection(*listener.getsockname())
+
+        async def get(path: bytes) -> None:
+            writer.write(b"GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path, AUTH_LINE))
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+            assert length is not None, head
+            await reader.readexactly(int(length[1]))
+
+        await get(b"/healthz")  # served: started up
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for path in (b"/v1/pets", b"/v1/pets/1", b"/healthz"):
+                await get(path)
+            gc.collect()
+            garbage = [
+                o for o in gc.garbage if type(o).__module__.startswith(("uvicorn", "server"))
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        writer.close()
+        serving.should_exit = True
+        await task
+        return garbage
+
+    assert asyncio.run(exchange()) == []
 
 
 def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFactory) -> None:
