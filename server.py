@@ -244,7 +244,7 @@ def access_log_stream(settings: Settings) -> TextIO | None:
     if settings.log_level not in ("info", "debug", "trace"):
         return None
     # A buffer of its own on stdout: PYTHONUNBUFFERED (set in many images) would otherwise
-    # turn every line into a write(2). The app's lifespan flushes it every half second.
+    # turn every line into a write(2). The app's lifespan flushes it every 50 ms (app.LOG_EVERY).
     return open(
         sys.stdout.fileno(),
         "w",
