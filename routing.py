@@ -247,9 +247,14 @@ class IndexedRouter(Router):
         return found[0].path if found else None
 
     def headers_for(self, scope: Scope) -> RawHeaders:
-        """The headers the endpoint at this path adds to its responses (for a 401 there)."""
+        """The headers the endpoint at this path adds to its responses (for a 401 there). The
+        route found is left in the scope as routing would have: the metrics' label of the 401
+        is its template, which they would otherwise look up again (2k instructions a 401)."""
         found = self.lookup(route_path(scope))
-        endpoint = found[0].endpoint if found else None
+        if found is None:
+            return []
+        route = scope["route"] = found[0]
+        endpoint = route.endpoint
         return endpoint.headers_for(scope) if isinstance(endpoint, Endpoint) else []
 
 
