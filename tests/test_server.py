@@ -21,8 +21,8 @@ import httpx
 import pytest
 import uvicorn
 
-import server
 from app import Petstore
+from server import _guard
 from tests.conftest import (
     KEY,
     ROOT,
@@ -398,9 +398,7 @@ def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
     6 % of the CPU in collections, and their pauses)."""
 
     async def exchange() -> list[object]:
-        config = uvicorn.Config(
-            app, port=0, http=server._guard(10.0, offers_close=False), lifespan="off"
-        )
+        config = uvicorn.Config(app, port=0, http=_guard(10.0, offers_close=False), lifespan="off")
         serving = uvicorn.Server(config)
         listener = socket.create_server(("127.0.0.1", 0))  # listening: connect at once
         task = asyncio.create_task(serving.serve(sockets=[listener]))
