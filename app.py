@@ -383,7 +383,10 @@ def __getattr__(name: str) -> Any:
             )
         app = build(settings)
     except SettingsError as error:
-        print(f"petstore: {error}", file=sys.stderr)
+        # One write, the line and its end together: print() writes them apart, and the
+        # other workers, refusing at the same moment on the same stderr, came in between.
+        sys.stderr.write(f"petstore: {error}\n")
+        sys.stderr.flush()
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None

@@ -26,6 +26,7 @@ from server import _guard
 from tests.conftest import (
     KEY,
     ROOT,
+    STRACE,
     WRONG_KEY,
     Launcher,
     ServerFactory,
@@ -258,6 +259,39 @@ def test_uvicorn_with_two_workers_over_memory_is_refused_and_stops(launch: Launc
     lines = stderr.splitlines()
     assert 1 <= lines.count(WORKERS_REFUSED) <= 2, stderr  # once a worker, never restarted
     assert any("failed to start, stopping the parent process" in line for line in lines), stderr
+
+
+def test_each_worker_refuses_in_one_write(tmp_path: Path) -> None:
+    """Workers refusing at the same moment share one stderr: each refusal goes out as one
+    write, the line with its end. print() wrote the two apart under PYTHONUNBUFFERED (as in
+    CI), and two workers' lines came out as one line and an empty one."""
+    trace = tmp_path / "writes.trace"
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(free_port())]
+    subprocess.run(
+        [
+            STRACE,
+            "-f",
+            "-qq",
+            "-e",
+            "trace=write",
+            "-s",
+            "200",
+            "-o",
+            str(trace),
+            *argv,
+            "--workers",
+            "2",
+        ],
+        env=environment({"PETSTORE_API_KEYS": "k", "PYTHONUNBUFFERED": "1"}),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    refusals = [line for line in trace.read_text().splitlines() if "several workers" in line]
+    assert refusals, trace.read_text()[-2000:]
+    whole = f'write(2, "{WORKERS_REFUSED}\\n", '
+    assert all(whole in line for line in refusals), refusals
 
 
 # --------------------------------------------------------------------------- probes
