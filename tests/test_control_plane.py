@@ -442,9 +442,9 @@ async def test_journal_memory_is_bounded() -> None:
     finally:
         tracemalloc.stop()
     assert journal_.dropped == 2000
-    assert used < 6_000_000, used
-    # Nothing in the ring for the garbage collector to go through again and again: entries
-    # hold values and tuples of values (which the collector stops tracking), no container.
+    assert used < 5_000_000, used
+    # Nothing in the ring for the garbage collector to go through again and again: no entry
+    # holds a container that the collector tracks.
     assert all(map(_of_values, journal_.ring))
 
 
