@@ -6,7 +6,7 @@ bench/idempotent_creates.py):
     .venv/bin/python bench/run.py [--rounds 3] [--duration 3] [--warmup 2] [--fill 10000]
         [--get-id 4242] [--scenario NAME ...] [--quick]
 
-About seven minutes with the defaults (6 min 49 s on 2026-11-24); --quick (2 rounds of 1 s
+About eight minutes with the defaults (8 min 14 s on 2026-11-24); --quick (2 rounds of 1 s
 after 1 s of warm-up) about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core
 each, taskset (util-linux).
 
