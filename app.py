@@ -20,7 +20,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from database import DatabaseError, DatabaseStore
-from datafile import DataFileError, FileStore
+from datafile import FileStore
 from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
@@ -37,6 +37,7 @@ from parsing import (
     read_body,
     require_json,
 )
+from records import DataFileError
 from routing import (
     BytesResponse,
     Endpoint,
