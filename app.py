@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
-from database import DatabaseError, DatabaseStore
+from database import DatabaseStore
 from datafile import FileStore
 from docs import Docs
 from faults import Faults
@@ -63,6 +63,7 @@ from schemas import (
 from server import StallGuard, access_log_stream, configure_logging, healthcheck, serve
 from settings import Settings, SettingsError, load_settings, with_key
 from store import MemoryStore, PetStore, seed_pets
+from tables import DatabaseError
 
 __all__ = ["Petstore", "StallGuard", "create_app", "main"]  # StallGuard: `--http app:StallGuard`
 
