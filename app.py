@@ -19,8 +19,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
-from database import DatabaseError, DatabaseStore
-from datafile import DataFileError, FileStore
+from database import DatabaseStore
+from datafile import FileStore
 from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
@@ -37,6 +37,7 @@ from parsing import (
     read_body,
     require_json,
 )
+from records import DataFileError
 from routing import (
     BytesResponse,
     Endpoint,
@@ -62,6 +63,7 @@ from schemas import (
 from server import StallGuard, access_log_stream, configure_logging, healthcheck, serve
 from settings import Settings, SettingsError, load_settings, with_key
 from store import MemoryStore, PetStore, seed_pets
+from tables import DatabaseError
 
 __all__ = ["Petstore", "StallGuard", "create_app", "main"]  # StallGuard: `--http app:StallGuard`
 

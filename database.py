@@ -11,65 +11,30 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import asyncpg
 import msgspec
 
 from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
 from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder
-from store import Added, Page, ResetUnavailable, StorageUnavailable, seed_pets
+from store import Added, Page, ResetUnavailable, StorageUnavailable
+from tables import (
+    COUNT,
+    CREATE,
+    GET,
+    KEYED,
+    PAGE,
+    PAGE_BY_STATUS,
+    PET_START,
+    UNCOUNT,
+    Connection,
+    DatabaseError,
+    prepare,
+    status_column,
+)
 
 logger = logging.getLogger("petstore.store")
-# A connection of its own (at the start) or one the pool lends.
-Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
-SCHEMA_VERSION: Final = 1
-# Taken while a process makes the tables or seeds them, so that replicas starting together
-# don't race (CREATE TABLE IF NOT EXISTS alone is not safe under concurrency).
-_SCHEMA_LOCK: Final = 0x7065_7473_746F_7265  # "petstore"
-
-# One row a pet: `pet` is the Pet as the service serves it (a `json` column keeps a name's
-# \u0000 as written; `text` and `jsonb` can't hold it), `status` beside it for the index that
-# listPets by status walks. `petstore_ids` is one row: the next id to hand out and the number
-# of pets. Its row lock is what orders the ids (see DatabaseStore).
-_TABLES: Final = (
-    """CREATE TABLE petstore_pets (
-        id bigint PRIMARY KEY,
-        status text,
-        pet json NOT NULL,
-        idempotency_key text UNIQUE,
-        keyed_at timestamptz
-    )""",
-    "CREATE INDEX petstore_pets_by_status ON petstore_pets (status, id)",
-    "CREATE TABLE petstore_ids (next_id bigint NOT NULL, pets bigint NOT NULL)",
-    "INSERT INTO petstore_ids VALUES (1, 0)",
-)
-_SEED: Final = """
-    INSERT INTO petstore_pets (id, status, pet)
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::json[])"""
-# A batch of creates in one statement, so one round trip, committed as it ends: reserve the
-# block of ids (the row lock, held to the commit), insert each pet (its JSON as msgspec wrote
-# it, the id put in front), skip a key another replica committed meanwhile.
-_CREATE: Final = """
-    WITH block AS (
-        UPDATE petstore_ids SET next_id = next_id + $1, pets = pets + $1
-        RETURNING next_id - $1 AS first
-    ), inserted AS (
-        INSERT INTO petstore_pets (id, status, pet, idempotency_key, keyed_at)
-        SELECT first + n - 1, status, ('{"id":' || first + n - 1 || after_id)::json, key, made_at
-        FROM block, unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[])
-            WITH ORDINALITY AS batch (status, after_id, key, made_at, n)
-        ON CONFLICT (idempotency_key) DO NOTHING
-        RETURNING id
-    )
-    SELECT (SELECT first FROM block), array(SELECT id FROM inserted)"""
-_PET_START: Final = len(b'{"id":0')  # what Pet JSON holds before its other fields
-_GET: Final = "SELECT pet FROM petstore_pets WHERE id = $1"
-_PAGE: Final = "SELECT pet FROM petstore_pets WHERE id > $1 ORDER BY id LIMIT $2"
-_PAGE_BY_STATUS: Final = (
-    "SELECT pet FROM petstore_pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
-)
-_KEYED: Final = "SELECT pet FROM petstore_pets WHERE idempotency_key = $1"
 
 # What an unreachable, stopping or refusing server raises: the request gets a 503, and the
 # service waits for it to come back. Anything else is a bug and answers 500.
@@ -89,10 +54,6 @@ STATEMENT_SECONDS: Final = 10.0
 POOL_SIZE: Final = 8
 PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked
 RETRY_SECONDS: Final = 0.25  # how often, during an outage, whether it is over
-
-
-class DatabaseError(Exception):
-    """The database can't be used by this service; the text says why (never the password)."""
 
 
 def describe(url: str) -> str:
@@ -118,9 +79,9 @@ class DatabaseStore:
     Ids become visible in increasing order across every replica, which a sequence can't give
     (id 7 may commit before id 6, and a reader paging with `after=7` would never see 6). Each
     process has one writer task that takes every create queued since its last commit and, in
-    one statement (_CREATE), reserves a block of ids from the `petstore_ids` row and inserts
-    the batch, committed as it ends. The row stays locked until that commit, so a block with
-    higher ids commits after every lower one; and concurrent creates share one commit (group
+    one statement (tables.CREATE), reserves a block of ids from the `petstore_ids` row and
+    inserts the batch, committed as it ends. The row stays locked until that commit, so a block
+    with higher ids commits after every lower one; and concurrent creates share one commit (group
     commit, as the data file does). Idempotency keys are a unique column: a retry sent to another
     replica finds its key there.
     """
@@ -170,40 +131,9 @@ class DatabaseStore:
                 await connection.close(timeout=CONNECT_SECONDS)
 
     async def _prepare(self, connection: Connection) -> None:
-        """Tables and schema version, the seed into a database that never had a pet; raises
-        DatabaseError for a schema this version doesn't know."""
-        async with connection.transaction():
-            await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-            await connection.execute(
-                "CREATE TABLE IF NOT EXISTS petstore_schema (version integer NOT NULL)"
-            )
-            version = await connection.fetchval("SELECT max(version) FROM petstore_schema")
-            if version is None:
-                for statement in _TABLES:
-                    await connection.execute(statement)
-                await connection.execute("INSERT INTO petstore_schema VALUES ($1)", SCHEMA_VERSION)
-                logger.info("made the tables in %s (schema version %d)", self.where, SCHEMA_VERSION)
-            elif version > SCHEMA_VERSION:
-                raise DatabaseError(
-                    f"database {self.where}: its schema version {version} is newer than this "
-                    f"service's ({SCHEMA_VERSION}); run a newer petstore"
-                )
-            next_id = await connection.fetchval("SELECT next_id FROM petstore_ids FOR UPDATE")
-            if self._seed and next_id == 1:
-                await self._insert_seed(connection, seed_pets(self._seed, last_id=0))
+        """Make the tables ready (tables.prepare); from then on the store can serve."""
+        await prepare(connection, self.where, self._seed)
         self._prepared = True
-
-    async def _insert_seed(self, connection: Connection, pets: list[Pet]) -> None:
-        await connection.execute(
-            _SEED,
-            [pet.id for pet in pets],
-            [_status(pet.status) for pet in pets],
-            [encoder.encode(pet).decode() for pet in pets],
-        )
-        await connection.execute(
-            "UPDATE petstore_ids SET next_id = $1, pets = $2", pets[-1].id + 1, len(pets)
-        )
-        logger.info("seeded %d pets into %s", len(pets), self.where)
 
     def seed(self, pets: Sequence[SeedPet]) -> bool:
         """Seeding happens in `prepare_now` (or once the database is back): see open_store."""
@@ -264,7 +194,7 @@ class DatabaseStore:
     async def get(self, pet_id: int) -> Pet | None:
         pool = self._pool_or_refuse()
         try:
-            found = await pool.fetchval(_GET, pet_id)
+            found = await pool.fetchval(GET, pet_id)
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         return None if found is None else pet_decoder.decode(found)
@@ -273,9 +203,9 @@ class DatabaseStore:
         pool = self._pool_or_refuse()
         try:
             if status is None:
-                rows = await pool.fetch(_PAGE, after, limit + 1)
+                rows = await pool.fetch(PAGE, after, limit + 1)
             else:
-                rows = await pool.fetch(_PAGE_BY_STATUS, status.value, after, limit + 1)
+                rows = await pool.fetch(PAGE_BY_STATUS, status.value, after, limit + 1)
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         pets = [pet_decoder.decode(row[0]) for row in rows[:limit]]
@@ -315,7 +245,7 @@ class DatabaseStore:
         """The pet a create with this key made, None if none did; IdempotencyKeyReused when
         it was made from another request."""
         try:
-            found = await pool.fetchval(_KEYED, key)
+            found = await pool.fetchval(KEYED, key)
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         if found is None:
@@ -352,8 +282,8 @@ class DatabaseStore:
                     create.done.set_exception(failure)
 
     async def _commit(self, batch: list[_Create]) -> list[Pet | None]:
-        """Store the batch with one statement (see _CREATE). A keyed create whose key another
-        replica committed meanwhile is not inserted (None); its id stays unused."""
+        """Store the batch with one statement (see tables.CREATE). A keyed create whose key
+        another replica committed meanwhile is not inserted (None); its id stays unused."""
         assert self._pool is not None
         pets = [
             Pet(
@@ -365,10 +295,10 @@ class DatabaseStore:
             for create in batch
         ]
         row = await self._pool.fetchrow(
-            _CREATE,
+            CREATE,
             len(batch),
-            [_status(pet.status) for pet in pets],
-            [encoder.encode(pet)[_PET_START:].decode() for pet in pets],
+            [status_column(pet.status) for pet in pets],
+            [encoder.encode(pet)[PET_START:].decode() for pet in pets],
             [create.key for create in batch],
             [create.made_at for create in batch],
         )
@@ -378,9 +308,7 @@ class DatabaseStore:
             # A statement of its own, so for a moment the count (a gauge) is too high; the
             # batch is committed whatever becomes of it, so its failure fails no create.
             with contextlib.suppress(*UNAVAILABLE):
-                await self._pool.execute(
-                    "UPDATE petstore_ids SET pets = pets - $1", len(batch) - len(ids)
-                )
+                await self._pool.execute(UNCOUNT, len(batch) - len(ids))
         self._count += len(ids)
         pets = [msgspec.structs.replace(pet, id=first + n) for n, pet in enumerate(pets)]
         stored = set(ids)
@@ -396,7 +324,7 @@ class DatabaseStore:
                 if not self._prepared:
                     async with self._pool.acquire() as connection:
                         await self._prepare(connection)
-                self._count = await self._pool.fetchval("SELECT pets FROM petstore_ids")
+                self._count = await self._pool.fetchval(COUNT)
             except DatabaseError as error:
                 logger.error("%s", error)
                 self._fatal = f"The service can't use this database: {error}"
@@ -445,7 +373,3 @@ async def _keep_session(connection: asyncpg.Connection) -> None:
     """Nothing to undo when a connection goes back to the pool: the store sets no session state
     (no SET, LISTEN, cursor or session lock; asyncpg still rolls back an open transaction).
     asyncpg's default reset is one more round trip a query: measured, it halves the reads."""
-
-
-def _status(status: Any) -> str | None:
-    return status.value if isinstance(status, PetStatus) else None

@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from app import create_app
-from datafile import DataFileError, FileStore
+from datafile import FileStore
+from records import DataFileError
 from schemas import NewPet, encoder
 from settings import Settings
 from store import Added

@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from datafile import DataFileError, FileStore
+from datafile import FileStore
 from idempotency import RETAIN_KEYS, RETAIN_SECONDS, IdempotencyKeys
+from records import DataFileError
 from schemas import CategoryId, NewPet, Pet
 from settings import Settings
 from tests.conftest import AUTH, KEY, ServerFactory, assert_error

@@ -1,0 +1,139 @@
+"""The data file's records: a Pet or a KeyedRecord a line, loaded strictly (DataFileError)."""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Annotated, Final
+
+import msgspec
+
+from schemas import IDEMPOTENCY_KEY_PATTERN, Pet, pet_decoder
+
+
+class DataFileError(Exception):
+    """The data file can't be used; the text names the file (and the line) and says why."""
+
+
+def split_torn_tail(data: bytes) -> int:
+    """Where the whole records end. A crash mid-append leaves a line without its newline, or
+    zeros where the filesystem grew the file before the data landed; both are dropped."""
+    end = data.rfind(b"\n") + 1
+    last_line_start = data.rfind(b"\n", 0, end - 1) + 1
+    if end and b"\0" in data[last_line_start:end]:
+        return last_line_start
+    return end
+
+
+_CHUNK = 1 << 20  # bytes of records decoded at a time: a million lines never sit in memory
+
+
+class KeyedRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The line of a create made with an Idempotency-Key: the pet, its key and when it was made
+    (seconds since the epoch), so that the key is durable in the same write as its pet and a
+    retry after a restart or a crash replays it. A create without a key is a plain Pet line."""
+
+    pet: Pet
+    idempotencyKey: str  # checked by _check_keys, all at once: a pattern a line costs 1 us
+    keyedAt: Annotated[int, msgspec.Meta(ge=0)]
+
+
+_keyed_decoder: Final = msgspec.json.Decoder(KeyedRecord)
+_KEY: Final = re.compile(IDEMPOTENCY_KEY_PATTERN)
+# How the service writes a keyed line; a hand-written one must start so too.
+_KEYED_START: Final = b'{"pet":'
+Record = Pet | KeyedRecord
+
+
+def _decode(line: bytes) -> Record:
+    return (_keyed_decoder if line.startswith(_KEYED_START) else pet_decoder).decode(line)
+
+
+_PET: Final = operator.attrgetter("pet")
+_KEY_ENTRY: Final = operator.attrgetter("idempotencyKey", "pet", "keyedAt")
+_ID: Final = operator.attrgetter("id")
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What a data file holds: its pets in order, and its keyed creates' (key, pet, second)."""
+
+    pets: list[Pet]
+    keys: list[tuple[str, Pet, int]]
+
+
+def parse_records(path: str, records: bytes) -> Loaded:
+    """Every line a Pet or a KeyedRecord, ids strictly increasing; else DataFileError naming
+    the line. A file written before keys existed is all Pet lines, and loads as it did. Loading
+    a million lines is mostly C: whole chunks through one decoder, attrgetters, maps."""
+    loaded = Loaded([], [])
+    start = 0
+    while start < len(records):
+        end = records.find(b"\n", start + _CHUNK) + 1 or len(records)
+        chunk = records[start:end]
+        lines = chunk.split(b"\n")[:-1]
+        keyed = chunk.count(b"\n" + _KEYED_START) + chunk.startswith(_KEYED_START)
+        try:
+            if keyed == 0:  # the fast ways: one decoder over a chunk of one kind of line
+                loaded.pets += map(pet_decoder.decode, lines)
+            elif keyed == len(lines):
+                parsed = list(map(_keyed_decoder.decode, lines))
+                loaded.pets += map(_PET, parsed)
+                loaded.keys += map(_KEY_ENTRY, parsed)
+            else:
+                for record in map(_decode, lines):
+                    if type(record) is KeyedRecord:
+                        loaded.pets.append(record.pet)
+                        loaded.keys.append(_KEY_ENTRY(record))
+                    else:
+                        loaded.pets.append(record)  # type: ignore[arg-type]
+        except (msgspec.DecodeError, UnicodeDecodeError):  # find the line, and say why
+            for number, line in enumerate(lines, start=records.count(b"\n", 0, start) + 1):
+                try:
+                    _decode(line)
+                except (msgspec.DecodeError, UnicodeDecodeError) as error:
+                    reason = (
+                        str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
+                    )
+                    raise DataFileError(f"{path}, line {number}: not a Pet: {reason}") from None
+            raise
+        start = end
+    _check_ids(path, loaded.pets)
+    _check_keys(path, loaded)
+    return loaded
+
+
+def _check_keys(path: str, loaded: Loaded) -> None:
+    """Every key 1 to 255 visible ASCII characters (as a request's Idempotency-Key must be);
+    else DataFileError naming the line. The common case is three C-level passes over them."""
+    keys = list(map(operator.itemgetter(0), loaded.keys))
+    every = "".join(keys)
+    if not keys or (
+        every.isascii()
+        and every.isprintable()
+        and " " not in every
+        and min(map(len, keys)) >= 1
+        and max(map(len, keys)) <= 255
+    ):
+        return
+    for key, pet, _ in loaded.keys:
+        if not _KEY.fullmatch(key):
+            raise DataFileError(
+                f"{path}, line {loaded.pets.index(pet) + 1}: not a Pet: idempotency key "
+                f"{key!r} is not 1 to 255 visible ASCII characters"
+            )
+
+
+def _check_ids(path: str, pets: list[Pet]) -> None:
+    """Ids strictly increase, line after line; else DataFileError naming the first that doesn't."""
+    ids = list(map(_ID, pets))
+    if all(map(operator.lt, [0, *ids], ids)):
+        return
+    last_id = 0
+    for number, pet_id in enumerate(ids, 1):
+        if pet_id <= last_id:
+            raise DataFileError(
+                f"{path}, line {number}: id {pet_id} is not above the id {last_id} before it"
+            )
+        last_id = pet_id

@@ -1,0 +1,112 @@
+"""The database's tables: their schema and its version, every statement on them, the seed."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+import asyncpg
+
+from schemas import Pet, PetStatus, SeedPet, encoder
+from store import seed_pets
+
+logger = logging.getLogger("petstore.store")
+# A connection of its own (at the start) or one the pool lends.
+Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
+SCHEMA_VERSION: Final = 1
+# Taken while a process makes the tables or seeds them, so that replicas starting together
+# don't race (CREATE TABLE IF NOT EXISTS alone is not safe under concurrency).
+_SCHEMA_LOCK: Final = 0x7065_7473_746F_7265  # "petstore"
+
+# One row a pet: `pet` is the Pet as the service serves it (a `json` column keeps a name's
+# \u0000 as written; `text` and `jsonb` can't hold it), `status` beside it for the index that
+# listPets by status walks. `petstore_ids` is one row: the next id to hand out and the number
+# of pets. Its row lock is what orders the ids (see DatabaseStore).
+_TABLES: Final = (
+    """CREATE TABLE petstore_pets (
+        id bigint PRIMARY KEY,
+        status text,
+        pet json NOT NULL,
+        idempotency_key text UNIQUE,
+        keyed_at timestamptz
+    )""",
+    "CREATE INDEX petstore_pets_by_status ON petstore_pets (status, id)",
+    "CREATE TABLE petstore_ids (next_id bigint NOT NULL, pets bigint NOT NULL)",
+    "INSERT INTO petstore_ids VALUES (1, 0)",
+)
+_SEED: Final = """
+    INSERT INTO petstore_pets (id, status, pet)
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::json[])"""
+# A batch of creates in one statement, so one round trip, committed as it ends: reserve the
+# block of ids (the row lock, held to the commit), insert each pet (its JSON as msgspec wrote
+# it, the id put in front), skip a key another replica committed meanwhile.
+CREATE: Final = """
+    WITH block AS (
+        UPDATE petstore_ids SET next_id = next_id + $1, pets = pets + $1
+        RETURNING next_id - $1 AS first
+    ), inserted AS (
+        INSERT INTO petstore_pets (id, status, pet, idempotency_key, keyed_at)
+        SELECT first + n - 1, status, ('{"id":' || first + n - 1 || after_id)::json, key, made_at
+        FROM block, unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[])
+            WITH ORDINALITY AS batch (status, after_id, key, made_at, n)
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING id
+    )
+    SELECT (SELECT first FROM block), array(SELECT id FROM inserted)"""
+PET_START: Final = len(b'{"id":0')  # what Pet JSON holds before its other fields
+GET: Final = "SELECT pet FROM petstore_pets WHERE id = $1"
+PAGE: Final = "SELECT pet FROM petstore_pets WHERE id > $1 ORDER BY id LIMIT $2"
+PAGE_BY_STATUS: Final = (
+    "SELECT pet FROM petstore_pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
+)
+KEYED: Final = "SELECT pet FROM petstore_pets WHERE idempotency_key = $1"
+# The number of pets (for the metrics), and taking back the creates a key conflict skipped.
+COUNT: Final = "SELECT pets FROM petstore_ids"
+UNCOUNT: Final = "UPDATE petstore_ids SET pets = pets - $1"
+
+
+class DatabaseError(Exception):
+    """The database can't be used by this service; the text says why (never the password)."""
+
+
+async def prepare(connection: Connection, where: str, seed: Sequence[SeedPet]) -> None:
+    """Tables and schema version, the seed into a database that never had a pet; raises
+    DatabaseError for a schema this version doesn't know. `where` names the database in logs."""
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+        await connection.execute(
+            "CREATE TABLE IF NOT EXISTS petstore_schema (version integer NOT NULL)"
+        )
+        version = await connection.fetchval("SELECT max(version) FROM petstore_schema")
+        if version is None:
+            for statement in _TABLES:
+                await connection.execute(statement)
+            await connection.execute("INSERT INTO petstore_schema VALUES ($1)", SCHEMA_VERSION)
+            logger.info("made the tables in %s (schema version %d)", where, SCHEMA_VERSION)
+        elif version > SCHEMA_VERSION:
+            raise DatabaseError(
+                f"database {where}: its schema version {version} is newer than this "
+                f"service's ({SCHEMA_VERSION}); run a newer petstore"
+            )
+        next_id = await connection.fetchval("SELECT next_id FROM petstore_ids FOR UPDATE")
+        if seed and next_id == 1:
+            await _insert_seed(connection, seed_pets(seed, last_id=0), where)
+
+
+async def _insert_seed(connection: Connection, pets: list[Pet], where: str) -> None:
+    await connection.execute(
+        _SEED,
+        [pet.id for pet in pets],
+        [status_column(pet.status) for pet in pets],
+        [encoder.encode(pet).decode() for pet in pets],
+    )
+    await connection.execute(
+        "UPDATE petstore_ids SET next_id = $1, pets = $2", pets[-1].id + 1, len(pets)
+    )
+    logger.info("seeded %d pets into %s", len(pets), where)
+
+
+def status_column(status: Any) -> str | None:
+    """What the `status` column holds: the status's value, NULL for a pet without one."""
+    return status.value if isinstance(status, PetStatus) else None
