@@ -1,9 +1,10 @@
-"""server.QuickHead: a response's head, made from lines kept for the headers that come back,
+"""head.QuickHead: a response's head, made from lines kept for the headers that come back,
 is byte for byte what uvicorn's own cycle writes, with the same state after, or the same error."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from typing import Any
 
@@ -11,8 +12,8 @@ import pytest
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.flow_control import FlowControl
 
+from head import QuickHead
 from routing import REQUEST_ID_HEADER
-from server import QuickHead
 
 UVICORNS: Any = QuickHead.__bases__[0]  # uvicorn's RequestResponseCycle
 DATE = (b"date", b"Tue, 24 Nov 2026 14:00:00 GMT")
@@ -42,6 +43,8 @@ CASES: dict[str, tuple[str, bool, int, list[tuple[bytes, bytes]]]] = {
     "bad name": ("GET", True, 200, [*JSON, (b"x note", b"a")]),
     "bad length": ("GET", True, 200, [(b"content-length", b"two")]),
     "unknown status": ("GET", True, 999, JSON),
+    "pairs as lists": ("GET", True, 200, [[b"content-length", b"2"], [b"x-a", b"b"]]),  # type: ignore[list-item]
+    "a str": ("GET", True, 200, [*JSON, (b"x-a", "b")]),  # type: ignore[list-item]
 }
 
 
@@ -123,6 +126,7 @@ def test_the_service_heads_go_the_quick_way() -> None:
 def test_uvicorn_builds_its_cycles_as_quick_heads() -> None:
     """uvicorn's httptools protocol makes each request's cycle by this name (importing server
     points it at QuickHead): if a uvicorn upgrade renames it, this fails."""
+    importlib.import_module("server")
     assert httptools_impl.RequestResponseCycle is QuickHead
     source = httptools_impl.HttpToolsProtocol.on_headers_complete.__code__.co_names
     assert "RequestResponseCycle" in source
