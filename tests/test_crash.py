@@ -123,10 +123,17 @@ class Outcome:
 
 
 def create_until_refused(
-    base_url: str, label: str, start: threading.Barrier, outcome: Outcome, keyed: bool = False
+    base_url: str,
+    label: str,
+    start: threading.Barrier,
+    outcome: Outcome,
+    *,
+    keyed: bool = False,
+    created: threading.Event | None = None,
 ) -> None:
-    """Create pets one after another until the server is gone; record every 201's body. Keyed:
-    each create carries an Idempotency-Key, the pet's (unique) name."""
+    """Create pets one after another until the server is gone; record every 201's body (and set
+    `created` at the first). Keyed: each create carries an Idempotency-Key, the pet's (unique)
+    name."""
     with httpx.Client(base_url=base_url, headers=AUTH, timeout=10) as http:
         start.wait()
         for number in itertools.count():
@@ -142,6 +149,8 @@ def create_until_refused(
                 **body,
             }:
                 outcome.acknowledged.append(response.json())
+                if created is not None:
+                    created.set()
             else:
                 outcome.unexpected.append((response.status_code, response.text))
 
@@ -149,20 +158,24 @@ def create_until_refused(
 def kill_while_creating(
     server: Server, label: str, after: float, keyed: bool = False
 ) -> list[Outcome]:
-    """CLIENTS threads create until refused; SIGKILL lands `after` seconds into the creates;
-    what each client saw."""
+    """CLIENTS threads create until refused; SIGKILL lands `after` seconds after the first
+    create was acknowledged (a round that killed before any would prove nothing: a stall of
+    the machine made one, once); what each client saw."""
     outcomes = [Outcome([], []) for _ in range(CLIENTS)]
     start = threading.Barrier(CLIENTS + 1)
+    created = threading.Event()
     threads = [
         threading.Thread(
             target=create_until_refused,
-            args=(server.base_url, f"{label}c{client}", start, outcomes[client], keyed),
+            args=(server.base_url, f"{label}c{client}", start, outcomes[client]),
+            kwargs={"keyed": keyed, "created": created},
         )
         for client in range(CLIENTS)
     ]
     for thread in threads:
         thread.start()
     start.wait()
+    assert created.wait(30), "no create acknowledged in 30 s"
     time.sleep(after)  # the wait is the point: SIGKILL lands at a random moment of the creates
     server.process.kill()
     server.process.wait(15)
