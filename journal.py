@@ -59,9 +59,9 @@ class Journal:
     Why one bytes object: a request's values kept as they were (a tuple of about a dozen
     objects: its path, its headers and their tuples, its numbers, ...) took 408 bytes a
     getPet against 210 packed (tracemalloc), kept alive for a thousand requests and each
-    object freed cold. Side by side (12 paired rounds), plane on / off went from 0.952 to
-    0.974 for getPet and from 0.942 to 0.950 for the 401 with the packed entry, although
-    packing costs about 2.6k instructions more than the tuple (README, Performance)."""
+    object freed cold. Packing costs about 2.6k instructions more than the tuple; the time it
+    saved side by side (getPet 0.952 -> 0.974, plane on / off) is within what two processes of
+    one program differ by (README, Performance: the twin)."""
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
         self.ring: collections.deque[bytes] = collections.deque(maxlen=size)

@@ -38,9 +38,7 @@ from run import (
     FILL,
     LOG_OFF,
     LOG_ON,
-    ROUND_ORDER,
     SCENARIOS,
-    TWIN,
     Scenario,
     check_same_answers,
     servers,
@@ -119,6 +117,7 @@ def main(argv: Sequence[str]) -> int:
         pin = _valgrind(valgrind, dumps.resolve())
         try:
             with servers("memory", tmp, pin, FILL, START_TIMEOUT, twin=False) as running:
+                names = list(running)
                 check_same_answers(scenarios, running)
                 for scenario in scenarios:
                     print(f"  {scenario.title} ...", file=sys.stderr, flush=True)
@@ -129,7 +128,7 @@ def main(argv: Sequence[str]) -> int:
                     rows.append(
                         [
                             scenario.title,
-                            *(f"{per[name]:,}" for name in running),
+                            *(f"{per[name]:,}" for name in names),
                             f"{per[CEILING] / per[LOG_ON]:.3f}",
                             f"{per[CEILING] / per[LOG_OFF]:.3f}",
                         ]
@@ -137,7 +136,6 @@ def main(argv: Sequence[str]) -> int:
         except BenchError as error:
             print(f"\nbench: {error}", file=sys.stderr)
             return 2
-    names = [name for name in ROUND_ORDER if name != TWIN]  # the servers `running` held
     print_table(
         f"Instructions per request (callgrind, wrk -c{CONNECTIONS}, {flags.duration} s counted); "
         "ratio = ceiling / service, as bench/run.py's service / ceiling in req/s",
