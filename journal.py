@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
 
+import msgspec
 from starlette.types import Scope
 
 from routing import BODY, REQUEST_ID_HEADER, STATUS, route_path
@@ -32,34 +33,39 @@ class Recorded(NamedTuple):
     body: bytes | None
     method: str
     query: bytes
-    headers: tuple[tuple[bytes, bytes], ...]
+    headers: list[tuple[bytes, bytes]]
     request_id: bytes
 
 
 # What the ring keeps of a request: the fields of Recorded but its number, which its place in
-# the ring tells, and its headers as a tuple (of tuples of bytes) instead of uvicorn's list.
-_Kept = tuple[
-    int, int, str, int | None, bytes | None, str, bytes, tuple[tuple[bytes, bytes], ...], bytes
+# the ring tells.
+_Packed = tuple[
+    int, int, str, int | None, bytes | None, str, bytes, list[tuple[bytes, bytes]], bytes
 ]
+_pack: Final = msgspec.msgpack.Encoder().encode
+_unpack: Final = msgspec.msgpack.Decoder(_Packed).decode
+# msgspec hands out the buffer it grew, about 1.5 times what it holds past a few hundred
+# bytes; a larger entry is copied to its size (2.2k instructions).
+_COPIED_OVER: Final = 512
 
 
 class Journal:
-    """The last `size` requests under /v1, oldest first, each kept as a tuple of its values.
-    The JSON is built when the journal is read, and only then are the credential headers left
-    out and any key of any kind (API or admin) found elsewhere (a query, another header, a
-    body, the path) replaced by "[redacted]": no key is ever in what the journal gives out.
+    """The last `size` requests under /v1, oldest first, each kept as one bytes object
+    (MessagePack). The JSON is built when the journal is read, and only then are the
+    credential headers left out and any key of any kind (API or admin) found elsewhere (a
+    query, another header, a body, the path) replaced by "[redacted]": no key is ever in what
+    the journal gives out.
 
-    Why a tuple of tuples: nothing in an entry is a container the garbage collector keeps
-    tracking (it stops tracking a tuple of bytes, ints and str at its first young collection),
-    so a thousand entries add nothing to its older generations; uvicorn's header list would
-    have stayed tracked. Packed into one MessagePack bytes object instead (kept from
-    2026-11-24 10:19 to 15:50), an entry took 210 bytes against 408 but cost 2.6k instructions
-    more a request: 1.8k-3.9k more for the whole plane, by bench/instructions.py's counting
-    (README, Performance); the time packing seemed to save was within what two processes of one
-    program differ by (the twin)."""
+    Why one bytes object: a request's values kept as they were (a tuple of about a dozen
+    objects: its path, its headers and their tuples, its numbers, ...) took 408 bytes a
+    getPet against 210 packed (tracemalloc), kept alive for a thousand requests and each
+    object freed cold. Packing costs about 2.6k instructions more than the tuple, and still
+    wins on time: six rounds of fresh processes (plane off, packed, tuple), getPet plane on /
+    off 0.962 packed against 0.931 kept as a tuple, packed ahead in five rounds (README,
+    Performance). What a kept object costs in caches, instructions don't show."""
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
-        self.ring: collections.deque[_Kept] = collections.deque(maxlen=size)
+        self.ring: collections.deque[bytes] = collections.deque(maxlen=size)
         self.recorded = 0  # since the start: the number (seq) of the newest entry
         self.cleared_at = 0  # the number of the newest entry at the last clear
         # Entries note the monotonic clock (which the access log reads anyway); this turns
@@ -87,7 +93,7 @@ class Journal:
         if (chunks := scope.get(BODY)) is not None:  # one chunk: joined and cut without a copy
             body = b"".join(chunks)[: JOURNAL_BODY_LIMIT + 1]
         self.recorded += 1
-        self.ring.append(
+        packed = _pack(
             (
                 started_ns,
                 duration_ns,
@@ -96,10 +102,13 @@ class Journal:
                 body,
                 scope["method"],
                 scope["query_string"],
-                tuple(scope["headers"]),
+                scope["headers"],
                 scope[REQUEST_ID_HEADER][1],
             )
         )
+        if len(packed) > _COPIED_OVER:  # msgspec's grown buffer is kept: 6.3 KB for 4.2 KB
+            packed = bytes(memoryview(packed))
+        self.ring.append(packed)
 
     def clear(self) -> None:
         self.cleared_at = self.recorded
@@ -115,7 +124,7 @@ class Journal:
         """The entries that match every filter given, oldest first; the newest `limit` of them."""
         chosen = [
             recorded
-            for recorded in self._recorded()
+            for recorded in self._unpacked()
             if (method is None or recorded.method == method)
             and (path is None or recorded.path == path)
             and (status is None or recorded.status == status)
@@ -124,10 +133,10 @@ class Journal:
             chosen = chosen[len(chosen) - limit :] if limit < len(chosen) else chosen
         return [self._entry(recorded) for recorded in chosen]
 
-    def _recorded(self) -> Iterator[Recorded]:
+    def _unpacked(self) -> Iterator[Recorded]:
         first = self.recorded - len(self.ring) + 1
-        for seq, kept in enumerate(self.ring, first):
-            yield Recorded(seq, *kept)
+        for seq, packed in enumerate(self.ring, first):
+            yield Recorded(seq, *_unpack(packed))
 
     def _redact(self, text: str) -> str:
         for secret in self.secrets:
