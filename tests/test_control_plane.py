@@ -492,6 +492,16 @@ async def test_a_401_stays_a_401_whatever_the_rules(plane: httpx.AsyncClient) ->
     assert_error(await plane.get("/v1/pets"), 401, "unauthorized")
 
 
+async def test_prefer_waits_for_the_credential_check(plane: httpx.AsyncClient) -> None:
+    """`Prefer` without a credential: the 401 at once, nothing injected, nothing applied."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    response = await plane.get("/v1/pets", headers={"Prefer": "code=503, delay=3000"})
+    assert loop.time() - began < 2  # the 3 s asked for were not waited
+    assert_error(response, 401, "unauthorized")
+    assert "preference-applied" not in response.headers
+
+
 async def test_times_counts_down_and_the_rule_goes(plane: httpx.AsyncClient) -> None:
     """times: 2 serves two requests, shows what is left, then is gone."""
     await add_rule(plane, operation="listPets", status=500, times=2)
@@ -516,6 +526,16 @@ async def test_probability_uses_the_random_draw() -> None:
         await add_rule(plane, operation="*", status=500, probability=0.5, times=2)
         statuses = [(await plane.get("/v1/pets", headers=AUTH)).status_code for _ in range(5)]
     assert statuses == [200, 500, 200, 500, 200]
+
+
+async def test_a_failed_draw_goes_on_to_the_next_rule() -> None:
+    """Two rules match: the first one whose draw succeeds is used. Draws 0.9 then 0.1 against
+    a first rule at probability 0.5: the second rule (no draw) answers, then the first."""
+    async with running(plane_app(chance=Draws(0.9, 0.1))) as plane:
+        await add_rule(plane, operation="listPets", status=500, probability=0.5)
+        await add_rule(plane, operation="*", status=503)
+        statuses = [(await plane.get("/v1/pets", headers=AUTH)).status_code for _ in range(2)]
+    assert statuses == [503, 500]
 
 
 async def test_delay_then_the_usual_answer(plane: httpx.AsyncClient) -> None:

@@ -180,6 +180,26 @@ async def test_metrics_are_not_in_the_journal_or_the_openapi_document() -> None:
     assert "/metrics" not in document["paths"]
 
 
+async def test_injected_faults_and_delays_are_counted() -> None:
+    """Like everything else, an injected status is counted under its status, and an injected
+    delay is in the request's duration (a Prefer delay of 120 ms: past the 0.1 s bucket)."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
+    async with serving(app_over(MemoryStore(), settings)) as http:
+        rule = {"operation": "createPet", "status": 503, "times": 1}
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        assert (await http.post("/_admin/faults", json=rule, headers=admin)).status_code == 201
+        assert_error(await http.post("/v1/pets", json=WILMA), 503, "injected_fault")
+        delayed = await http.get("/v1/pets", headers={"Prefer": "delay=120"})
+        assert delayed.headers["preference-applied"] == "delay=120"
+        _, samples = await scrape(http)
+    injected = labels(method="POST", route="/v1/pets", status="503")
+    assert samples["petstore_http_requests_total", injected] == 1
+    listed = labels(method="GET", route="/v1/pets")
+    assert samples["petstore_http_request_duration_seconds_count", listed] == 1
+    assert samples["petstore_http_request_duration_seconds_sum", listed] >= 0.12
+    assert samples["petstore_http_request_duration_seconds_bucket", listed | {("le", "0.1")}] == 0
+
+
 @pytest.mark.parametrize("settings", [Settings(api_keys=(KEY,), metrics=False)], ids=["off"])
 async def test_metrics_off_is_a_404_and_nothing_is_counted(
     app: Petstore, client: httpx.AsyncClient

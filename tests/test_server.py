@@ -356,6 +356,21 @@ def test_port_0_prints_one_ready_line_with_the_bound_address(launch: Launcher, h
     assert [line for line in lines if line.startswith("petstore: ready")] == [ready[0]]
 
 
+def test_the_ready_line_comes_once_the_store_is_loaded(launch: Launcher, tmp_path: Path) -> None:
+    """With 20,000 pets to seed, the first requests after the ready line find all of them
+    and a ready service."""
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps([{"name": f"pet {n}", "categoryId": 1} for n in range(20_000)]))
+    argv = [sys.executable, "app.py", "--port", "0", "--seed", str(seed), "--api-key", KEY]
+    server = launch(argv, {}, 0)
+    ready = READY_LINE.search(server.wait_for_output("petstore: ready at "))
+    assert ready, server.stdout_path.read_text()
+    url = f"http://127.0.0.1:{ready['port']}"
+    assert httpx.get(f"{url}/readyz").status_code == 200
+    last = httpx.get(f"{url}/v1/pets/20000", headers=bearer(KEY))
+    assert (last.status_code, last.json()["name"]) == (200, "pet 19999")
+
+
 # --------------------------------------------------------------------------- healthcheck
 
 
@@ -376,6 +391,18 @@ def test_healthcheck_passes_against_a_live_service(start_server: ServerFactory, 
     """Exit 0 and nothing printed when /healthz answers; 0.0.0.0 probes the loopback."""
     server = start_server()
     result = healthcheck(server.port, "--host", host)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+# "::" probes ::1, where the machine has IPv6 (as HOSTS above).
+@pytest.mark.parametrize("host", ["::"] if can_bind("::1") else [])
+def test_healthcheck_probes_the_ipv6_loopback_for_any_address(launch: Launcher, host: str) -> None:
+    """--host :: (any IPv6 address) probes ::1, where a service bound to ::1 answers."""
+    argv = [sys.executable, "app.py", "--port", "0", "--host", "::1", "--api-key", KEY]
+    server = launch(argv, {}, 0)
+    ready = READY_LINE.search(server.wait_for_output("petstore: ready at "))
+    assert ready, server.stdout_path.read_text()
+    result = healthcheck(int(ready["port"]), "--host", host)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
