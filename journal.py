@@ -12,7 +12,7 @@ from typing import Final, NamedTuple
 import msgspec
 from starlette.types import Scope
 
-from routing import BODY, REQUEST_ID_HEADER, STATUS, route_path
+from routing import BODY, route_path
 from schemas import JOURNAL_BODY_LIMIT, JournalEntry
 
 # Never given out: they carry credentials.
@@ -78,10 +78,19 @@ class Journal:
         """Entries the ring pushed out since the last clear."""
         return self.recorded - self.cleared_at - len(self.ring)
 
-    def record(self, scope: Scope, started_ns: int, duration_ns: int) -> None:
+    def record(
+        self,
+        scope: Scope,
+        started_ns: int,
+        duration_ns: int,
+        status: int | None,
+        request_id: bytes,
+    ) -> None:
         """Note a request that ended, if it was under /v1: its scope, when it arrived
-        (time.perf_counter_ns), how long it took. The body it read (parsing.read_body left
-        it in the scope) is cut to what the journal gives out, and one byte more."""
+        (time.perf_counter_ns), how long it took, its status (None: no answer) and request id
+        (which AccessLog has at hand: two lookups in the scope less). The body it read
+        (parsing.read_body left it in the scope) is cut to what the journal gives out, and one
+        byte more."""
         path: str = scope["path"]
         if scope.get("root_path"):  # route_path only then: a call less for most requests
             path = route_path(scope)
@@ -90,20 +99,20 @@ class Journal:
         if not ("/v1/" <= path < "/v10" or path == "/v1"):
             return
         body = None
-        if (chunks := scope.get(BODY)) is not None:  # one chunk: joined and cut without a copy
-            body = b"".join(chunks)[: JOURNAL_BODY_LIMIT + 1]
+        if BODY in scope:  # one chunk: joined and cut without a copy
+            body = b"".join(scope[BODY])[: JOURNAL_BODY_LIMIT + 1]
         self.recorded += 1
         packed = _pack(
             (
                 started_ns,
                 duration_ns,
                 path,
-                scope.get(STATUS),
+                status,
                 body,
                 scope["method"],
                 scope["query_string"],
                 scope["headers"],
-                scope[REQUEST_ID_HEADER][1],
+                request_id,
             )
         )
         if len(packed) > _COPIED_OVER:  # msgspec's grown buffer is kept: 6.3 KB for 4.2 KB
