@@ -3,11 +3,11 @@
 Run from the repository root (`make bench` runs it, then bench/durability.py and
 bench/idempotent_creates.py):
 
-    .venv/bin/python bench/run.py [--rounds 3] [--duration 3] [--warmup 2] [--fill 10000]
-        [--get-id 4242] [--scenario NAME ...] [--quick]
+    .venv/bin/python bench/run.py [--processes 3] [--rounds 1] [--duration 3] [--warmup 2]
+        [--fill 10000] [--get-id 4242] [--scenario NAME ...] [--quick]
 
-About eight minutes with the defaults (8 min 14 s on 2026-11-24); --quick (2 rounds of 1 s
-after 1 s of warm-up) about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core
+About ten minutes with the defaults; --quick (one set of processes, 2 rounds of 1 s after 1 s
+of warm-up) about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core
 each, taskset (util-linux).
 
 Two baselines, both under the service's uvicorn settings (httptools, uvloop, one process, no
@@ -36,21 +36,26 @@ answers must match the ceiling's (status and body, else the run stops; headers b
     create-file    POST /v1/pets, data file (fdatasync before each 201; the ceiling does the
                    same with group commit; no bare app)
 
-Per scenario: a --warmup run per server, then --rounds rounds; a round loads a second process
-of the default service (its twin), the service with the test-control plane on (an admin key,
-the journal at its default size, access log on), the service as it starts by default (access
-log on, log level info, lines to a file), the ceiling, the bare app, and the service with its
-access log off, --duration seconds each, in that order and reversed in the next round, so that
-the runs compared are near each other in time. How to read the tables (service vs. bare, log on
-and off; service vs. ceiling, log on and off; ceiling vs. bare; plane on vs. off; the twin vs.
-the service):
+The servers are started --processes times, one set after the other, each set fresh (new
+processes, new data files, filled anew), and every scenario is measured on each: two processes
+of one program differ by a few per cent (the twin, below), so a ratio taken from one pair of
+processes carries their difference, and one from three sets of processes is the median of
+three such draws. On each set, per scenario: a --warmup run per server, then --rounds rounds
+(the pairs of every set are pooled). A round loads a second process of the default service
+(its twin), the service with the test-control plane on (an admin key, the journal at its
+default size, access log on), the service as it starts by default (access log on, log level
+info, lines to a file), the ceiling, the bare app, and the service with its access log off,
+--duration seconds each, in that order and reversed in the next round (and the next set), so
+that the runs compared are near each other in time. How to read the tables (service vs. bare,
+log on and off; service vs. ceiling, log on and off; ceiling vs. bare; plane on vs. off; the
+twin vs. the service):
 
 - ratio: requests answered per CPU-second of the server (/proc/PID/stat utime + stime around
-  each run), one server's run over the other's in the same round, the median of the rounds;
-  "pairs" the lowest and highest. A CPU-second stays a CPU-second when other processes take
-  turns on the server's core; wall-clock req/s does not, and with the machine shared the
-  wall-clock ratio of the same runs moved by 0.2 either way (README, Performance). "wall
-  ratio" is shown beside it, with "busy" (server CPU / wall time): near 100 % both agree.
+  each run), one server's run over the other's in the same round, the median of the rounds of
+  every set; "pairs" the lowest and highest. A CPU-second stays a CPU-second when other
+  processes take turns on the server's core; wall-clock req/s does not, and with the machine
+  shared the wall-clock ratio of the same runs moved by 0.2 either way (README, Performance).
+  "wall ratio" is shown beside it, with "busy" (server CPU / wall time): near 100 % both agree.
 - p50/p99: over every request of every round (bench/common.py says how latencies are timed).
 - the twin: the same program with the same flags as the default service, in another process.
   Its ratio to the service is 1 but for what differs between two processes (where the kernel
@@ -105,7 +110,8 @@ CONNECTIONS: Final = 32
 # The defaults: the conditions of the independent harness (README, Performance).
 FILL: Final = 10_000  # pets every server gets before timing
 GET_ID: Final = 4242  # getPet asks for this one id (0: for the ids 1..FILL in turn)
-ROUNDS: Final = 3
+PROCESSES: Final = 3  # sets of fresh server processes, one after the other
+ROUNDS: Final = 1  # timed rounds per scenario on each set
 DURATION: Final = 3  # seconds a timed run
 WARMUP: Final = 2  # seconds of the warm-up run of each server, per scenario
 WRONG_KEY: Final = "not-the-key-0123456789"
@@ -216,6 +222,7 @@ NAMES: Final = tuple(scenario.name for scenario in SCENARIOS)
 
 @dataclass(frozen=True)
 class Options:
+    processes: int
     rounds: int
     duration: int
     warmup: int
@@ -372,10 +379,14 @@ class Measured:
 
 
 def measure(
-    scenario: Scenario, running: dict[str, Server], options: Options, pin: Pinning
+    scenario: Scenario,
+    running: dict[str, Server],
+    options: Options,
+    pin: Pinning,
+    order: Sequence[str] = ROUND_ORDER,
 ) -> Measured:
     print(f"  {scenario.title} ...", file=sys.stderr, flush=True)
-    loads = {name: (running[name], scenario.requests) for name in ROUND_ORDER if name in running}
+    loads = {name: (running[name], scenario.requests) for name in order if name in running}
     runs = alternate(
         loads,
         connections=CONNECTIONS,
@@ -479,38 +490,55 @@ def table(
 def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
     every = [get_scenario(options.fill, options.get_id), *SCENARIOS[1:]]
     chosen = [s for s in every if s.name in options.scenarios]
-    results: list[Measured] = []
+    results: dict[str, Measured] = {}
     access_lines = 0
     for store in ("memory", "file"):
         scenarios = [s for s in chosen if s.store == store]
         if not scenarios:
             continue
-        print(f"{store} store: starting the servers, {options.fill} pets each", file=sys.stderr)
-        with servers(store, tmp, pin, options.fill) as running:
-            for warning in check_same_answers(scenarios, running):
-                print(f"warning: {warning}")
-            results += [measure(s, running, options, pin) for s in scenarios]
-            access_lines += _count_access_lines(running[LOG_ON].log)
+        for number in range(1, options.processes + 1):
+            print(
+                f"{store} store, processes {number} of {options.processes}: starting the "
+                f"servers, {options.fill} pets each",
+                file=sys.stderr,
+            )
+            here = tmp / f"{store}-{number}"  # fresh data files for fresh processes
+            here.mkdir()
+            with servers(store, here, pin, options.fill) as running:
+                for warning in check_same_answers(scenarios, running):
+                    print(f"warning: {warning}")
+                for scenario in scenarios:
+                    # Each set starts where the one before ended, as rounds alternate.
+                    order = ROUND_ORDER if number % 2 else ROUND_ORDER[::-1]
+                    measured = measure(scenario, running, options, pin, order)
+                    if (earlier := results.get(scenario.name)) is None:
+                        results[scenario.name] = measured
+                    else:  # the rounds of every set of processes, one pool of pairs
+                        for name, runs in measured.runs.items():
+                            earlier.runs[name] += runs
+                access_lines += _count_access_lines(running[LOG_ON].log)
     get = f"id {options.get_id}" if options.get_id else f"ids 1..{options.fill} in turn"
     print(
         f"\n{len(chosen)} scenario(s); every answer checked equal to the ceiling's first "
         f"(status and body). The service with its access log on wrote {access_lines:,} "
         f"access-log lines.\nEvery server: {options.fill:,} pets created by POST first, getPet "
         f"of {get}; per scenario a {options.warmup} s warm-up run per server, then "
-        f"{options.rounds} rounds of {options.duration} s per server (wrk -t1 -c{CONNECTIONS}), "
-        "servers in alternating order. ratio: requests per CPU-second of the server, a run of "
+        f"{options.rounds} round(s) of {options.duration} s per server (wrk -t1 -c{CONNECTIONS}), "
+        f"servers in alternating order, on each of {options.processes} set(s) of servers started "
+        "anew, one after the other. ratio: requests per CPU-second of the server, a run of "
         "each in the same round taken as a pair, the median of the pairs; 'pairs' the lowest "
         "and highest. p50/p99 over every request of every round; 'wall ratio' the same pairs "
         "by wall-clock req/s; 'busy' server CPU / wall time."
     )
+    every_set = list(results.values())
     for service in (LOG_ON, LOG_OFF):
-        table(service, BARE, results)
+        table(service, BARE, every_set)
     targets = []
     for service in (LOG_ON, LOG_OFF):
-        targets += table(service, CEILING, results, lambda scenario: scenario.target)
-    table(CEILING, BARE, results)
-    targets += table(PLANE_ON, LOG_ON, results, lambda scenario: PLANE_TARGET)
-    table(TWIN, LOG_ON, results)
+        targets += table(service, CEILING, every_set, lambda scenario: scenario.target)
+    table(CEILING, BARE, every_set)
+    targets += table(PLANE_ON, LOG_ON, every_set, lambda scenario: PLANE_TARGET)
+    table(TWIN, LOG_ON, every_set)
     return targets
 
 
@@ -530,7 +558,15 @@ def main(argv: Sequence[str]) -> int:
         duration=DURATION,
         warmup=WARMUP,
     )
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds per scenario")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=PROCESSES,
+        help="sets of servers started anew, one after the other, each measured in turn",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help="timed rounds per scenario and set"
+    )
     parser.add_argument(
         "--scenario",
         action="append",
@@ -551,15 +587,17 @@ def main(argv: Sequence[str]) -> int:
     chosen = [name.strip() for text in flags.scenario or [] for name in text.split(",")]
     if unknown := [name for name in chosen if name not in NAMES]:
         parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(NAMES)}")
-    if flags.rounds < 1:
-        parser.error("--rounds is at least 1")
-    rounds, duration, warmup = (
-        (2, 1, 1) if flags.quick else (flags.rounds, flags.duration, flags.warmup)
+    if flags.rounds < 1 or flags.processes < 1:
+        parser.error("--rounds and --processes are at least 1")
+    processes, rounds, duration, warmup = (
+        (1, 2, 1, 1)
+        if flags.quick
+        else (flags.processes, flags.rounds, flags.duration, flags.warmup)
     )
     if not 1 <= flags.get_id <= flags.fill and flags.get_id != 0:
         parser.error("--get-id is 0 (every id in turn) or one of the ids 1..--fill")
     chosen_options = Options(
-        rounds, duration, warmup, tuple(chosen or NAMES), flags.fill, flags.get_id
+        processes, rounds, duration, warmup, tuple(chosen or NAMES), flags.fill, flags.get_id
     )
     return run_benchmark(
         lambda tmp, pin: bench(tmp, chosen_options, pin),
