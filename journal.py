@@ -61,7 +61,7 @@ class Journal:
     getPet against 210 packed (tracemalloc), kept alive for a thousand requests and each
     object freed cold. Packing costs about 2.6k instructions more than the tuple, and still
     wins on time: six rounds of fresh processes (plane off, packed, tuple), getPet plane on /
-    off 0.962 packed against 0.931 kept as a tuple, packed ahead in five rounds (README,
+    off 0.962 packed against 0.931 kept as a tuple, packed ahead in five of six (README,
     Performance). What a kept object costs in caches, instructions don't show."""
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
