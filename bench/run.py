@@ -6,9 +6,9 @@ bench/idempotent_creates.py):
     .venv/bin/python bench/run.py [--processes 3] [--rounds 1] [--duration 3] [--warmup 2]
         [--fill 10000] [--get-id 4242] [--scenario NAME ...] [--quick]
 
-About ten minutes with the defaults; --quick (one set of processes, 2 rounds of 1 s after 1 s
-of warm-up) about two. It needs wrk (Debian: `apt-get install wrk`) and, for a core
-each, taskset (util-linux).
+About twelve minutes with the defaults (12 min 9 s on 2026-11-24); --quick (one set of
+processes, 2 rounds of 1 s after 1 s of warm-up) about two. It needs wrk (Debian: `apt-get
+install wrk`) and, for a core each, taskset (util-linux).
 
 Two baselines, both under the service's uvicorn settings (httptools, uvloop, one process, no
 uvicorn access log, no Server header), started as `python -m uvicorn bench.NAME:app`:
