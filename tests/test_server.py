@@ -394,11 +394,21 @@ def test_healthcheck_passes_against_a_live_service(start_server: ServerFactory, 
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
-# "::" probes ::1, where the machine has IPv6 (as HOSTS above).
-@pytest.mark.parametrize("host", ["::"] if can_bind("::1") else [])
-def test_healthcheck_probes_the_ipv6_loopback_for_any_address(launch: Launcher, host: str) -> None:
-    """--host :: (any IPv6 address) probes ::1, where a service bound to ::1 answers."""
-    argv = [sys.executable, "app.py", "--port", "0", "--host", "::1", "--api-key", KEY]
+# Any address probes its family's loopback: 0.0.0.0 127.0.0.1, and :: ::1 where the machine
+# has IPv6 (as HOSTS above).
+ANY_AND_LOOPBACK = [
+    ("0.0.0.0", "127.0.0.1"),  # noqa: S104 - the probe's case
+    *([("::", "::1")] if can_bind("::1") else []),
+]
+
+
+@pytest.mark.parametrize(("host", "loopback"), ANY_AND_LOOPBACK)
+def test_healthcheck_probes_the_loopback_for_any_address(
+    launch: Launcher, host: str, loopback: str
+) -> None:
+    """--host 0.0.0.0 or :: probes that family's loopback, where a service bound to it (and
+    to nothing else) answers."""
+    argv = [sys.executable, "app.py", "--port", "0", "--host", loopback, "--api-key", KEY]
     server = launch(argv, {}, 0)
     ready = READY_LINE.search(server.wait_for_output("petstore: ready at "))
     assert ready, server.stdout_path.read_text()
