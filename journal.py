@@ -88,9 +88,8 @@ class Journal:
     ) -> None:
         """Note a request that ended, if it was under /v1: its scope, when it arrived
         (time.perf_counter_ns), how long it took, its status (None: no answer) and request id
-        (which AccessLog has at hand: two lookups in the scope less). The body it read
-        (parsing.read_body left it in the scope) is cut to what the journal gives out, and one
-        byte more."""
+        (which AccessLog has at hand). The body it read (parsing.read_body left it in the
+        scope) is cut to what the journal gives out, and one byte more."""
         path: str = scope["path"]
         if scope.get("root_path"):  # route_path only then: a call less for most requests
             path = route_path(scope)

@@ -157,10 +157,9 @@ class AccessLog:
             journal, counts, stream = self.journal, self.counts, self.stream
             if journal is not None or counts is not None or stream:
                 elapsed = time.perf_counter_ns() - started
-                answered = scope.get(STATUS)  # None: no answer (a dropped connection)
-                status = answered or 500
-                if journal is not None:  # the test-control plane is on
-                    journal.record(scope, started, elapsed, answered, request_id[1])
+                status = scope.get(STATUS, 500)
+                if journal is not None:  # the test-control plane is on; None: no answer sent
+                    journal.record(scope, started, elapsed, scope.get(STATUS), request_id[1])
                 if counts is not None:  # inline, not a method of RequestCounts: a call less
                     route = scope.get("route")  # set by the router that took the path
                     template = route.path if route is not None else counts.unrouted(scope)

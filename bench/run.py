@@ -490,7 +490,8 @@ def table(
 def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
     every = [get_scenario(options.fill, options.get_id), *SCENARIOS[1:]]
     chosen = [s for s in every if s.name in options.scenarios]
-    results: dict[str, Measured] = {}
+    # The rounds of every set of processes, one pool of pairs a scenario.
+    results = {scenario.name: Measured(scenario, {}) for scenario in chosen}
     access_lines = 0
     for store in ("memory", "file"):
         scenarios = [s for s in chosen if s.store == store]
@@ -504,18 +505,15 @@ def bench(tmp: Path, options: Options, pin: Pinning) -> list[Target]:
             )
             here = tmp / f"{store}-{number}"  # fresh data files for fresh processes
             here.mkdir()
+            # Each set starts where the one before ended, as rounds alternate.
+            order = ROUND_ORDER if number % 2 else ROUND_ORDER[::-1]
             with servers(store, here, pin, options.fill) as running:
                 for warning in check_same_answers(scenarios, running):
                     print(f"warning: {warning}")
                 for scenario in scenarios:
-                    # Each set starts where the one before ended, as rounds alternate.
-                    order = ROUND_ORDER if number % 2 else ROUND_ORDER[::-1]
-                    measured = measure(scenario, running, options, pin, order)
-                    if (earlier := results.get(scenario.name)) is None:
-                        results[scenario.name] = measured
-                    else:  # the rounds of every set of processes, one pool of pairs
-                        for name, runs in measured.runs.items():
-                            earlier.runs[name] += runs
+                    pooled = results[scenario.name].runs
+                    for name, runs in measure(scenario, running, options, pin, order).runs.items():
+                        pooled.setdefault(name, []).extend(runs)
                 access_lines += _count_access_lines(running[LOG_ON].log)
     get = f"id {options.get_id}" if options.get_id else f"ids 1..{options.fill} in turn"
     print(
