@@ -87,17 +87,17 @@ class AccessLog:
     client's own X-Request-Id when that is 1 to 128 visible ASCII characters, else one made of
     a per-process random prefix and a counter (made 256 at a time; uuid4 costs two microseconds).
 
-    A request costs one tuple appended to a list; `drain()`, which the lifespan calls every half
-    second, turns them into lines and writes them, 256 at a time. Writing each line as its request
-    ended, through a `send` wrapper that caught the status, cost 3 % of a getPet's instructions
-    more (bench/instructions.py); stdlib logging costs tens of microseconds. Being the layer
-    that sees how each request ended, it also answers the last-resort 500 when one failed
-    before any response, and, with the test-control plane on, notes the request in the
-    journal: a layer of its own cost a request a clock and an await more. With metrics on,
-    it notes each request's duration for metrics.RequestCounts (a dict lookup, an append).
-    `json_lines`: each line one JSON object (AccessLine) instead of text. `keys` (the
-    configured ones) never reach the log: one a client sends in a path or a request id is
-    `[redacted]`.
+    A request costs one tuple appended to a list; `drain()`, which the lifespan calls every 50
+    ms (app.LOG_EVERY), turns them into lines and writes them, 256 at a time. Writing each line
+    as its request ended, through a `send` wrapper that caught the status, cost 3 % of a
+    getPet's instructions more (bench/instructions.py); stdlib logging costs tens of
+    microseconds. Being the layer that sees how each request ended, it also answers the
+    last-resort 500 when one failed before any response, and, with the test-control plane on,
+    notes the request in the journal: a layer of its own cost a request a clock and an await
+    more. With metrics on, it notes each request's duration for metrics.RequestCounts (a dict
+    lookup, an append). `json_lines`: each line one JSON object (AccessLine) instead of text.
+    `keys` (the configured ones) never reach the log: one a client sends in a path or a request
+    id is `[redacted]`.
     """
 
     def __init__(  # noqa: PLR0913 - each argument past the stream is one optional feature
