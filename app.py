@@ -18,6 +18,7 @@ from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
+from accesslog import AccessLog
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from database import DatabaseStore
 from datafile import FileStore
@@ -26,7 +27,7 @@ from faults import Faults
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
-from middleware import AccessLog, Area, BearerAuth, Cors, Credentials, RootPath
+from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
 from parsing import (
     decode_new_pet,

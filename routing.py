@@ -18,7 +18,7 @@ logger = logging.getLogger("petstore")
 RawHeaders = Sequence[tuple[bytes, bytes]]
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
 # Scope keys (ASGI allows extension keys): the status a response notes once it starts, the
-# request's id as the header every response carries, (b"x-request-id", id) (middleware.AccessLog
+# request's id as the header every response carries, (b"x-request-id", id) (accesslog.AccessLog
 # sets it), and the chunks of the body as parsing.read_body read them (for the journal).
 STATUS: Final = "petstore.status"
 REQUEST_ID_HEADER: Final = "petstore.request_id_header"

@@ -56,7 +56,7 @@ def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Pets
 
 @pytest.fixture
 def read_access_log(app: Petstore, access_log: io.StringIO) -> Callable[[], str]:
-    """The access log so far, flushed first (as the lifespan does every half second)."""
+    """The access log so far, flushed first (as the lifespan does every 50 ms)."""
 
     def read() -> str:
         app.access_log.flush()
