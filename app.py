@@ -366,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"petstore: {error}", file=sys.stderr)
         return 2
     # The stack itself: Petstore's own call is one await more a request.
-    serve(app.app, settings, on_exit=app.health.stop)
+    serve(app.app, settings, on_exit=app.health.stop, new_request_id=app.access_log.new_id)
     return 0
 
 

@@ -8,6 +8,7 @@ import copy
 import http.client
 import logging
 import logging.config
+import secrets
 import socket
 import sys
 from collections.abc import Callable
@@ -19,11 +20,13 @@ import uvicorn.config
 from starlette.types import ASGIApp
 from uvicorn.config import LOG_LEVELS
 from uvicorn.protocols.http import httptools_impl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from accesslog import REQUEST_ID
 from faults import CLOSE_EXTENSION
 from head import QuickHead
 from journal import rfc3339
+from schemas import Error, ErrorCode, encoder
 from settings import Settings
 
 logger = logging.getLogger("petstore")
@@ -84,8 +87,8 @@ httptools_impl.RequestResponseCycle = QuickHead  # type: ignore[misc]
 class StallGuard(HttpToolsProtocol):
     """uvicorn's HTTP protocol, plus a deadline: a client gets `client_timeout` seconds to send
     a whole request head, and its body may not stall longer than that. uvicorn alone waits
-    forever, which lets a slowloris client hold connections open. And each response goes out
-    in one write (OneWrite).
+    forever, which lets a slowloris client hold connections open. Each response goes out in
+    one write (OneWrite), and bytes that are no request get an Error body, not uvicorn's text.
 
     It costs a request one stamp of the clock: a single timer a connection wakes up every
     `client_timeout` seconds and reads what the client still owes from uvicorn's own state.
@@ -93,6 +96,13 @@ class StallGuard(HttpToolsProtocol):
 
     client_timeout: float = 10.0
     offers_close = False  # the test-control plane's `drop`: scope["extensions"][CLOSE_EXTENSION]
+
+    @staticmethod
+    def new_request_id() -> bytes:
+        """The id of a 400 this protocol answers itself. serve() hands in AccessLog's maker, so
+        that it is one of the process's ids; this one serves `uvicorn app:app --http
+        app:StallGuard`."""
+        return secrets.token_hex(8).encode()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,6 +123,29 @@ class StallGuard(HttpToolsProtocol):
         if self._timer is not None:
             self._timer.cancel()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes it can't parse as a request (it has logged a warning), as
+        every answer of ours: an Error body, validation_error, with an X-Request-Id (the
+        client's when its header came before the fault, else a made one); then it closes, as
+        uvicorn does. uvicorn's own is plain text with no id."""
+        request_id = None
+        for name, value in self.headers or ():
+            if name == b"x-request-id" and REQUEST_ID.fullmatch(value):
+                request_id = value
+                break
+        message = f"{msg.removesuffix('.')}; the connection is closed"
+        body = encoder.encode(Error(code=ErrorCode.VALIDATION_ERROR, message=message, status=400))
+        head = [
+            STATUS_LINE[400],
+            *(b"%s: %s\r\n" % header for header in self.server_state.default_headers),
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"x-request-id: %s\r\n" % (request_id or self.new_request_id()),
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -152,8 +185,14 @@ class StallGuard(HttpToolsProtocol):
         self._timer = self.loop.call_at((since or now) + self.client_timeout, self._check)
 
 
-def _guard(timeout: float, offers_close: bool) -> type[StallGuard]:
-    attributes = {"client_timeout": timeout, "offers_close": offers_close}
+def _guard(
+    timeout: float, offers_close: bool, new_request_id: Callable[[], bytes]
+) -> type[StallGuard]:
+    attributes = {
+        "client_timeout": timeout,
+        "offers_close": offers_close,
+        "new_request_id": staticmethod(new_request_id),
+    }
     return type("StallGuard", (StallGuard,), attributes)
 
 
@@ -261,8 +300,14 @@ def access_log_stream(settings: Settings) -> TextIO | None:
     )
 
 
-def serve(app: ASGIApp, settings: Settings, on_exit: Callable[[], None]) -> None:
-    """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives."""
+def serve(
+    app: ASGIApp,
+    settings: Settings,
+    on_exit: Callable[[], None],
+    new_request_id: Callable[[], bytes] = StallGuard.new_request_id,
+) -> None:
+    """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
+    `new_request_id` makes the id of the server's own 400s (AccessLog.new_id)."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -270,7 +315,7 @@ def serve(app: ASGIApp, settings: Settings, on_exit: Callable[[], None]) -> None
         log_level=settings.log_level,
         access_log=False,  # ours is cheaper and keeps the duration
         log_config=logging_config(settings),  # so uvicorn installs no text handlers of its own
-        http=_guard(settings.client_timeout, offers_close=bool(settings.admin_keys)),
+        http=_guard(settings.client_timeout, bool(settings.admin_keys), new_request_id),
         lifespan="on",
         timeout_graceful_shutdown=5,
         server_header=False,

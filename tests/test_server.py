@@ -469,7 +469,9 @@ def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
     6 % of the CPU in collections, and their pauses)."""
 
     async def exchange() -> list[object]:
-        config = uvicorn.Config(app, port=0, http=_guard(10.0, offers_close=False), lifespan="off")
+        config = uvicorn.Config(
+            app, port=0, http=_guard(10.0, False, app.access_log.new_id), lifespan="off"
+        )
         serving = uvicorn.Server(config)
         listener = socket.create_server(("127.0.0.1", 0))  # listening: connect at once
         task = asyncio.create_task(serving.serve(sockets=[listener]))
@@ -549,3 +551,52 @@ def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFa
     assert int(large.split()[-1]) == length + int(large.split("iov_len=")[1].split("}")[0])
     assert " write(" in go_on and '"HTTP/1.1 100 Continue\\r\\n\\r\\n"' in go_on
     assert " write(" in created and '\\r\\n\\r\\n{\\"id\\":1,' in created
+
+
+def exchange_raw(port: int, sent: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send these bytes, read until the server closes: the status line, headers and body."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+        connection.sendall(sent)
+        while chunk := connection.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
+    return status, headers, body
+
+
+@pytest.mark.parametrize(
+    ("sent", "echoed"),
+    [
+        (b"GET /v1/pets HTTP/1.1\r\nX-Request-Id: sent-first\r\nContent-Length: x\r\n\r\n", True),
+        (b"GET /v1/pets HTTP/1.1\r\nX-Request-Id: two words\r\nContent-Length: x\r\n\r\n", False),
+        (b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", False),
+        (b"NOT AN HTTP REQUEST\r\n\r\n", False),
+    ],
+    ids=["the id, then a bad length", "an unusable id", "a header without a colon", "not http"],
+)
+def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
+    start_server: ServerFactory, sent: bytes, echoed: bool
+) -> None:
+    """What uvicorn can't parse is answered as every bad input is: a 400 Error body, with the
+    client's X-Request-Id when it came before the fault, else one of the process's own ids;
+    then the connection is closed."""
+    server = start_server()
+    with server.client() as http:
+        before = http.get("/healthz").headers["x-request-id"]
+    status, headers, body = exchange_raw(server.port, sent)
+    assert status == "HTTP/1.1 400 Bad Request"
+    assert json.loads(body) == {
+        "code": "validation_error",
+        "message": "Invalid HTTP request received; the connection is closed",
+        "status": 400,
+    }
+    assert headers["content-type"] == "application/json"
+    assert headers["content-length"] == str(len(body))
+    assert headers["connection"] == "close"
+    if echoed:
+        assert headers["x-request-id"] == "sent-first"
+    else:  # the next of the ids the access log makes: same prefix, the counter one on
+        prefix, _, number = before.partition("-")
+        assert headers["x-request-id"] == f"{prefix}-{int(number, 16) + 1:x}"
