@@ -9,6 +9,7 @@ from typing import Any, Final, NamedTuple
 from starlette.responses import Response
 from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 from schemas import Error, ErrorCode, encoder
 from store import StorageUnavailable
@@ -197,7 +198,12 @@ class Endpoint:
 
 
 async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
-    """Any path no route takes."""
+    """Any path no route takes; and any WebSocket, which the service does not speak: closed
+    before it is accepted, which the server answers with a 403. (`python app.py` runs uvicorn
+    without WebSocket, so there an Upgrade is ignored and the request answered as HTTP.)"""
+    if scope["type"] == "websocket":
+        await WebSocketClose()(scope, receive, send)
+        return
     response = error_response(404, ErrorCode.NOT_FOUND, "No resource at this path")
     await response(scope, receive, send)
 

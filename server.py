@@ -147,6 +147,11 @@ class StallGuard(HttpToolsProtocol):
         self.transport.write(b"".join(head) + body)
         self.transport.close()
 
+    def _unsupported_upgrade_warning(self) -> None:
+        # uvicorn's two warnings would tell an operator to install a WebSocket library: the
+        # service runs without one on purpose (serve: ws="none") and answers the request as HTTP.
+        self.logger.debug("Upgrade ignored: the service speaks HTTP/1.1 only")
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._began = self._progress = self.loop.time()
@@ -319,6 +324,7 @@ def serve(
         lifespan="on",
         timeout_graceful_shutdown=5,
         server_header=False,
+        ws="none",  # the service speaks no WebSocket: an Upgrade is ignored (RFC 9110, 7.8)
     )
     _Server(config, on_exit).run()
 

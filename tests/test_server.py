@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from starlette.types import Message, Scope
 
 from app import Petstore
 from server import _guard
@@ -553,6 +554,10 @@ def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFa
     assert " write(" in created and '\\r\\n\\r\\n{\\"id\\":1,' in created
 
 
+# An id the service made: a per-process prefix of 8 hex digits and a hex counter.
+MADE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]+")
+
+
 def exchange_raw(port: int, sent: bytes) -> tuple[str, dict[str, str], bytes]:
     """Send these bytes, read until the server closes: the status line, headers and body."""
     received = b""
@@ -600,3 +605,59 @@ def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
     else:  # the next of the ids the access log makes: same prefix, the counter one on
         prefix, _, number = before.partition("-")
         assert headers["x-request-id"] == f"{prefix}-{int(number, 16) + 1:x}"
+
+
+def test_an_upgrade_to_websocket_is_ignored_and_the_request_answered(
+    start_server: ServerFactory,
+) -> None:
+    """The service speaks no WebSocket: a request asking to upgrade is answered as HTTP (RFC
+    9110 lets a server ignore Upgrade), the connection goes on, and no warning tells the
+    operator to install a WebSocket library."""
+    server = start_server()
+    upgrade = (
+        b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n%s\r\n"
+        % AUTH_LINE
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
+        stream = connection.makefile("rb")
+        for request, body in (
+            (upgrade, b"[]"),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", None),
+        ):
+            connection.sendall(request)
+            assert stream.readline() == b"HTTP/1.1 200 OK\r\n"
+            headers = {}
+            while (line := stream.readline()) != b"\r\n":
+                name, _, value = line.rstrip(b"\r\n").partition(b": ")
+                headers[name] = value
+            assert MADE_ID.fullmatch(headers[b"x-request-id"].decode())
+            received = stream.read(int(headers[b"content-length"]))
+            assert headers[b"content-type"] == b"application/json"
+            assert body is None or received == body
+    server.stop()
+    assert "WebSocket" not in server.stderr
+
+
+@pytest.mark.anyio
+async def test_a_websocket_under_another_server_is_closed_not_failed(app: Petstore) -> None:
+    """Under a server that hands WebSockets to the app (uvicorn app:app, whose default is to),
+    every WebSocket is closed before it is accepted, whatever its path: no 500."""
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "websocket.connect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    for path in ("/v1/pets", "/nowhere"):
+        scope: Scope = {
+            "type": "websocket",
+            "path": path,
+            "root_path": "",
+            "headers": [],
+            "query_string": b"",
+        }
+        await app(scope, receive, send)
+    assert [message["type"] for message in sent] == ["websocket.close", "websocket.close"]
