@@ -142,7 +142,8 @@ def preferred_fault(prefer: str) -> Fault | None:
     for preference in prefer.split(","):
         name, _, value = preference.split(";")[0].strip().partition("=")
         value = value.strip().strip('"')
-        if not value.isascii() or not value.isdigit():
+        # Past 9 digits a number is out of every bound (and int() refuses 4,300 digits).
+        if not value.isascii() or not value.isdigit() or len(value.lstrip("0")) > 9:
             continue
         if name.strip().lower() == "code" and int(value) in INJECTABLE_STATUSES and not status:
             status = int(value)

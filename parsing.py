@@ -190,9 +190,10 @@ def decode_fault_rule(body: bytes) -> NewFaultRule:
 
 def _number(value: object) -> object:
     """A decoded Decimal as an int when it is a whole number (of at most 19 digits: more would
-    be refused anyway, and 1e999999999 must not become an int), else as a float."""
+    be refused anyway, and 1e999999999 must not become an int), else as a float (an infinite
+    one too)."""
     if isinstance(value, decimal.Decimal):
-        whole = value == value.to_integral_value() and value.adjusted() < 19
+        whole = value.is_finite() and value == value.to_integral_value() and value.adjusted() < 19
         return int(value) if whole else float(value)
     return value
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import enum
+import math
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
@@ -227,13 +228,23 @@ def schema_hook(type_: type) -> dict[str, Any]:
     raise NotImplementedError(type_)
 
 
-new_pet_decoder: Final = msgspec.json.Decoder(
-    NewPet, dec_hook=decode_hook, float_hook=decimal.Decimal
-)
+def exact_number(text: str) -> decimal.Decimal | float:
+    """A JSON number with a fraction or an exponent, exactly (the decoders' float_hook). One
+    whose exponent is past what a Decimal holds (`1e99999999999999999999`) is an infinite
+    Decimal when it is that large, else the float it rounds to (0.0: no whole number), so that
+    it is refused like any number out of range instead of raising InvalidOperation."""
+    try:
+        return decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        rounded = float(text)
+        return decimal.Decimal(rounded) if math.isinf(rounded) else rounded
+
+
+new_pet_decoder: Final = msgspec.json.Decoder(NewPet, dec_hook=decode_hook, float_hook=exact_number)
 pet_decoder: Final = msgspec.json.Decoder(Pet)
 seed_decoder: Final = msgspec.json.Decoder(
-    list[SeedPet], dec_hook=decode_hook, float_hook=decimal.Decimal
+    list[SeedPet], dec_hook=decode_hook, float_hook=exact_number
 )
 # Any JSON text at all, numbers of any size (to tell "not JSON" from "not a NewPet").
-any_json_decoder: Final = msgspec.json.Decoder(float_hook=decimal.Decimal)
+any_json_decoder: Final = msgspec.json.Decoder(float_hook=exact_number)
 encoder: Final = msgspec.json.Encoder()

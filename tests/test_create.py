@@ -245,6 +245,28 @@ INVALID_BODIES = [
         "$.categoryId",
         id="cat--1e400",
     ),
+    # Exponents past what a Decimal holds (its constructor raises InvalidOperation).
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1e99999999999999999999}',
+        "validation_error",
+        "$.categoryId",
+        id="cat-1e(20 digits)",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": -1e99999999999999999999}',
+        "validation_error",
+        "$.categoryId",
+        id="cat--1e(20 digits)",
+    ),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1e-99999999999999999999}',
+        "validation_error",
+        "$.categoryId",
+        id="cat-1e-(20 digits)",
+    ),
+    pytest.param(
+        b'{"categoryId": 1e99999999999999999999} x', "malformed_json", "", id="huge-then-garbage"
+    ),
     pytest.param(
         b'{"name": "Rex", "categoryId": [1]}', "validation_error", "$.categoryId", id="cat-list"
     ),
