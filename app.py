@@ -358,9 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"petstore healthcheck: {error}", file=sys.stderr)
             return 1
     try:
-        settings = load_settings(argv, os.environ)
-        configure_logging(settings)
-        settings = with_key(settings, sys.stdout)
+        settings = with_key(load_settings(argv, os.environ), sys.stdout)
+        configure_logging(settings)  # with the key made just now, which Redact keeps out
         app = build(settings)
     except SettingsError as error:
         print(f"petstore: {error}", file=sys.stderr)
@@ -375,10 +374,9 @@ def __getattr__(name: str) -> Any:
     if name != "app":
         raise AttributeError(name)
     try:
-        settings = load_settings([], os.environ)
+        settings = with_key(load_settings([], os.environ), sys.stdout)
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         configure_logging(settings, uvicorn_too=settings.log_format == "json")
-        settings = with_key(settings, sys.stdout)
         in_memory = settings.data is None and settings.database is None
         if multiprocessing.parent_process() is not None and in_memory:
             raise SettingsError(

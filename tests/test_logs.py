@@ -20,7 +20,7 @@ import pytest
 
 from app import Petstore
 from journal import rfc3339
-from server import JsonFormatter
+from server import JsonFormatter, Redact, secrets_of
 from settings import Settings
 from tests.conftest import (
     KEY,
@@ -302,3 +302,62 @@ async def test_made_request_ids_count_up_past_a_block_of_them(client: httpx.Asyn
     assert re.fullmatch(r"[0-9a-f]{8}", prefix)
     start = int(first, 16)
     assert made == [f"{prefix}-{start + number:x}" for number in range(600)]
+
+
+def test_redact_keeps_every_secret_out_of_a_record() -> None:
+    """A secret in the message, in a str argument (kept a tuple, as uvicorn's access formatter
+    reads it), in another kind of argument (a scope's bytes) or in an exception's text comes
+    out as [redacted]; a record without one is left as it was."""
+    redact = Redact([KEY, ADMIN_KEY, ""])
+
+    def formatted(msg: str, args: tuple[object, ...], exc: Exception | None = None) -> str:
+        record = logging.LogRecord("t", logging.ERROR, __file__, 1, msg, args, None)
+        if exc is not None:
+            record.exc_info = (type(exc), exc, None)
+        assert redact.filter(record) is True
+        return logging.Formatter().format(record)
+
+    assert formatted(f"error in GET /v1/pets/{KEY}", ()) == "error in GET /v1/pets/[redacted]"
+    access = formatted('%s - "%s %s" %d', ("127.0.0.1", "GET", f"/x?k={ADMIN_KEY}", 404))
+    assert access == '127.0.0.1 - "GET /x?k=[redacted]" 404'
+    scope = formatted("scope=%s", ({"path": f"/{KEY}".encode()},))
+    assert scope == "scope={'path': b'/[redacted]'}"
+    failed = formatted("failed", (), ValueError(f"no pet {ADMIN_KEY}"))
+    assert failed == "failed\nValueError: no pet [redacted]"
+    assert formatted("GET %s %d", ("/v1/pets", 200)) == "GET /v1/pets 200"
+    assert secrets_of(Settings(api_keys=("a",), database="postgresql://u:p%40ss@h/d")) == (
+        "a",
+        "p%40ss",
+        "p@ss",
+    )
+
+
+def test_no_key_in_uvicorn_s_trace_lines(start_server: ServerFactory) -> None:
+    """At --log-level trace uvicorn writes each request's scope (its path and query): a key a
+    client put there is [redacted], in text and in JSON."""
+    for log_format in ("text", "json"):
+        server = start_server(
+            "--log-level", "trace", "--log-format", log_format, "--admin-key", ADMIN_KEY
+        )
+        with server.client() as http:
+            http.get(f"/v1/pets/{KEY}", params={"k": ADMIN_KEY})
+        server.wait_for_output('/v1/pets/[redacted]"')
+        assert server.stop() in (0, -15)
+        assert "[redacted]" in server.stderr
+        for secret in (KEY, ADMIN_KEY):
+            assert secret not in server.stdout + server.stderr, log_format
+
+
+def test_no_key_in_uvicorn_s_access_log_under_uvicorn_app(launch: Launcher) -> None:
+    """`uvicorn app:app` in text keeps uvicorn's own access log (on by default there): a key
+    in a query is [redacted] in it too."""
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)]
+    server = launch(argv, {"PETSTORE_API_KEYS": KEY}, port)
+    server.wait_ready()
+    with server.client() as http:
+        http.get("/nothing", params={"token": KEY})
+    wait_until(lambda: "/nothing?token=" in server.stdout + server.stderr, "uvicorn's line")
+    assert server.stop() in (0, -15)
+    assert '"GET /nothing?token=[redacted] HTTP/1.1" 404' in server.stdout + server.stderr
+    assert KEY not in server.stdout + server.stderr
