@@ -114,8 +114,9 @@ class AccessLog:
         request_id = None
         for name, value in scope["headers"]:  # inline, not a method: a call less a request
             if name == b"x-request-id":
-                if REQUEST_ID.fullmatch(value):
-                    request_id = (name, value)
+                sent = value.rstrip(b" \t")  # whitespace around a value is not part of it
+                if REQUEST_ID.fullmatch(sent):
+                    request_id = (name, sent)
                 break
         if request_id is None:
             request_id = next(self.made_ids, None) or self.more_ids()
@@ -195,9 +196,12 @@ class AccessLog:
 
     @staticmethod
     def _text_lines(entries: list[_Entry]) -> str:
+        # A path is decoded (%0A is a line break): one that is not all printable is escaped,
+        # so that a client can't write a line of its own, or a terminal's escape sequence.
         return "".join(
-            f'{client[0] if client else "-"} "{method} {path}" {status} {elapsed // 1000}us '
-            f"{request_id[1].decode('latin-1')}\n"
+            f"{client[0] if client else '-'} "
+            f'"{method} {path if path.isprintable() else _escaped(path)}" {status} '
+            f"{elapsed // 1000}us {request_id[1].decode('latin-1')}\n"
             for client, method, path, status, elapsed, request_id, _ in entries
         )
 
@@ -217,3 +221,8 @@ class AccessLog:
             for client, method, path, status, elapsed, request_id, started in entries
         ]
         return _access_line_encoder.encode_lines(lines).decode()
+
+
+def _escaped(text: str) -> str:
+    """`text` with every character Python would not print as is written as its escape."""
+    return text.encode("unicode_escape").decode("ascii")

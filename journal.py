@@ -6,6 +6,7 @@ import collections
 import datetime
 import functools
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
 
@@ -152,12 +153,20 @@ class Journal:
                 text = text.replace(secret, REDACTED)
         return text
 
+    def _redact_query(self, query: str) -> str:
+        """The query as sent, or decoded when a key hides in its percent-encoding (the service
+        reads it decoded): redacted either way."""
+        query = self._redact(query)
+        decoded = urllib.parse.unquote_plus(query)
+        redacted = self._redact(decoded)
+        return redacted if redacted != decoded else query
+
     def _entry(self, recorded: Recorded) -> JournalEntry:
         headers: dict[str, str] = {}
         for name, value in recorded.headers:
             if name in _UNRECORDED_HEADERS:
                 continue
-            key = name.decode("latin-1")
+            key = self._redact(name.decode("latin-1"))  # a key sent as a header's name too
             text = self._redact(value.decode("latin-1"))
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         entry = JournalEntry(
@@ -165,7 +174,7 @@ class Journal:
             time=rfc3339(recorded.started_ns + self.wall_minus_monotonic_ns),
             method=recorded.method,
             path=self._redact(recorded.path),
-            query=self._redact(recorded.query.decode("latin-1")),
+            query=self._redact_query(recorded.query.decode("latin-1")),
             status=recorded.status,
             durationMs=round(recorded.duration_ns / 1e6, 3),
             requestId=self._redact(recorded.request_id.decode("latin-1")),

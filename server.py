@@ -132,8 +132,9 @@ class StallGuard(HttpToolsProtocol):
         uvicorn does. uvicorn's own is plain text with no id."""
         request_id = None
         for name, value in self.headers or ():
-            if name == b"x-request-id" and REQUEST_ID.fullmatch(value):
-                request_id = value
+            sent = value.rstrip(b" \t")  # as AccessLog takes it
+            if name == b"x-request-id" and REQUEST_ID.fullmatch(sent):
+                request_id = sent
                 break
         message = f"{msg.removesuffix('.')}; the connection is closed"
         body = encoder.encode(Error(code=ErrorCode.VALIDATION_ERROR, message=message, status=400))

@@ -386,18 +386,25 @@ async def test_journal_keeps_the_body_the_service_read() -> None:
 
 
 async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) -> None:
-    """Keys sent where they don't belong (another header, the query, the path, a body) are
-    redacted; the credential headers are never kept."""
+    """Keys sent where they don't belong (another header, its name even, the query, percent-
+    encoded there too, the path, a body) are redacted; the credential headers are never kept."""
     await plane.post(
         f"/v1/pets?key={KEY}",
         json={"name": ADMIN_KEY, "categoryId": 1},
         headers={**AUTH, "X-Api-Key": KEY, "Proxy-Authorization": f"Bearer {ADMIN_KEY}"},
     )
     await plane.get(f"/v1/pets/{KEY}", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    encoded = "".join(f"%{byte:02X}" for byte in ADMIN_KEY.encode())
+    await plane.get(f"/v1/pets?q={encoded}&limit=1", headers={**AUTH, KEY: "a key as a name"})
     text = (await plane.get("/_admin/requests", headers=ADMIN)).text
     assert KEY not in text
     assert ADMIN_KEY not in text
-    assert text.count("[redacted]") == 4  # query, X-Api-Key, body, path
+    assert encoded not in text
+    # query, X-Api-Key, body, path; the encoded query, decoded, and a header's name
+    assert text.count("[redacted]") == 6
+    last = (await journal(plane))["requests"][-1]
+    assert last["query"] == "q=[redacted]&limit=1"
+    assert last["headers"]["[redacted]"] == "a key as a name"
 
 
 async def test_journal_memory_is_bounded() -> None:

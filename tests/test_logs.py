@@ -12,6 +12,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -361,3 +362,20 @@ def test_no_key_in_uvicorn_s_access_log_under_uvicorn_app(launch: Launcher) -> N
     assert server.stop() in (0, -15)
     assert '"GET /nothing?token=[redacted] HTTP/1.1" 404' in server.stdout + server.stderr
     assert KEY not in server.stdout + server.stderr
+
+
+@pytest.mark.anyio
+async def test_a_path_can_t_write_a_line_of_its_own(
+    client: httpx.AsyncClient, read_access_log: Callable[[], str]
+) -> None:
+    """The path is logged decoded: a line break or a terminal's escape in it is written escaped,
+    one line a request."""
+    forged = "1%0A6.6.6.6%20%22DELETE%20/v1/pets/1%22%20204%201us%20forged%1B[2J"
+    await client.get(f"/v1/pets/{forged}", headers={"X-Request-Id": "forger"})
+    await client.get("/v1/pets/caf%C3%A9", headers={"X-Request-Id": "printable"})
+    lines = read_access_log().splitlines()
+    assert lines == [
+        '127.0.0.1 "GET /v1/pets/1\\n6.6.6.6 "DELETE /v1/pets/1" 204 1us forged\\x1b[2J" '
+        f"404 {lines[0].split()[-2]} forger",
+        f'127.0.0.1 "GET /v1/pets/café" 400 {lines[1].split()[-2]} printable',
+    ]

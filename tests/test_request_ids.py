@@ -148,3 +148,12 @@ def test_a_real_process_sends_the_id_on_its_own_answers(start_server: ServerFact
     assert ids[:3] == [["proc-1"], ["proc-2"], ["proc-3"]]
     assert len(ids[3]) == 1
     assert MADE.fullmatch(ids[3][0])
+
+
+@pytest.mark.parametrize("sent", [b"mine-2 ", b"mine-2\t", b"mine-2 \t "])
+async def test_whitespace_after_an_id_is_not_part_of_it(
+    client: httpx.AsyncClient, sent: bytes
+) -> None:
+    """Whitespace around a field's value is not part of it (RFC 9110, 5.5): the id is kept."""
+    response = await client.get("/v1/pets", headers={b"X-Request-Id": sent})
+    assert response.headers["x-request-id"] == "mine-2"
