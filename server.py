@@ -110,6 +110,7 @@ class StallGuard(HttpToolsProtocol):
         self._began = 0.0  # when the connection opened or the current request began
         self._progress = 0.0  # when the current request last sent something
         self._timer: asyncio.TimerHandle | None = None
+        self._refusal: bytes | None = None  # the 400 for bytes that are no request, if held
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -129,7 +130,11 @@ class StallGuard(HttpToolsProtocol):
         """uvicorn's answer to bytes it can't parse as a request (it has logged a warning), as
         every answer of ours: an Error body, validation_error, with an X-Request-Id (the
         client's when its header came before the fault, else a made one); then it closes, as
-        uvicorn does. uvicorn's own is plain text with no id."""
+        uvicorn does. uvicorn's own is plain text with no id, and goes out at once, so that the
+        answers of requests read whole before the fault (pipelined, or a body longer than its
+        Content-Length: a 201 among them) were lost; this one waits for them."""
+        if self._refusal is not None:  # more bytes after the fault: refused already
+            return
         request_id = None
         for name, value in self.headers or ():
             sent = value.rstrip(b" \t")  # as AccessLog takes it
@@ -146,8 +151,20 @@ class StallGuard(HttpToolsProtocol):
             b"x-request-id: %s\r\n" % (request_id or self.new_request_id()),
             b"connection: close\r\n\r\n",
         ]
-        self.transport.write(b"".join(head) + body)
+        self._refusal = b"".join(head) + body
+        cycle = self.cycle  # the last request read: the answers go out in order
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            self.flow.pause_reading()  # on_response_complete sends it after that answer
+            return
+        self.transport.write(self._refusal)  # a fault in a body: that request is the bad one
         self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        answered = self.cycle is None or self.cycle.response_complete
+        if self._refusal is not None and answered and not self.transport.is_closing():
+            self.transport.write(self._refusal)
+            self.transport.close()
 
     def _unsupported_upgrade_warning(self) -> None:
         # uvicorn's two warnings would tell an operator to install a WebSocket library: the
