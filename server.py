@@ -154,15 +154,17 @@ class StallGuard(HttpToolsProtocol):
         self._refusal = b"".join(head) + body
         cycle = self.cycle  # the last request read: the answers go out in order
         if cycle is not None and not cycle.response_complete and not cycle.more_body:
-            self.flow.pause_reading()  # on_response_complete sends it after that answer
+            self.flow.pause_reading()
+            # Its callback, not an override of on_response_complete, which every request
+            # would pay for.
+            cycle.on_response = self._refuse_after_the_last_answer
             return
         self.transport.write(self._refusal)  # a fault in a body: that request is the bad one
         self.transport.close()
 
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        answered = self.cycle is None or self.cycle.response_complete
-        if self._refusal is not None and answered and not self.transport.is_closing():
+    def _refuse_after_the_last_answer(self) -> None:
+        self.on_response_complete()
+        if self._refusal is not None and not self.transport.is_closing():
             self.transport.write(self._refusal)
             self.transport.close()
 
