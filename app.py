@@ -26,6 +26,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
+from logs import access_log_stream, configure_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
@@ -61,7 +62,7 @@ from schemas import (
     encoder,
     seed_decoder,
 )
-from server import StallGuard, access_log_stream, configure_logging, healthcheck, serve
+from server import StallGuard, healthcheck, serve
 from settings import Settings, SettingsError, load_settings, with_key
 from store import MemoryStore, PetStore, seed_pets
 from tables import DatabaseError

@@ -21,7 +21,7 @@ import pytest
 
 from app import Petstore
 from journal import rfc3339
-from server import JsonFormatter, Redact, secrets_of
+from logs import JsonFormatter, Redact, secrets_of
 from settings import Settings
 from tests.conftest import (
     KEY,
