@@ -366,7 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"petstore: {error}", file=sys.stderr)
         return 2
     # The stack itself: Petstore's own call is one await more a request.
-    serve(app.app, settings, on_exit=app.health.stop, new_request_id=app.access_log.new_id)
+    try:
+        serve(app.app, settings, on_exit=app.health.stop, new_request_id=app.access_log.new_id)
+    except KeyboardInterrupt:  # Ctrl-C, after the same graceful stop as SIGTERM's
+        return 130  # the shell's code for a SIGINT, without uvicorn's re-raised traceback
     return 0
 
 

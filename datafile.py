@@ -8,6 +8,7 @@ import errno
 import fcntl
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -16,8 +17,16 @@ from dataclasses import dataclass
 from idempotency import IdempotencyKeys
 from metrics import Histogram
 from records import DataFileError, KeyedRecord, parse_records, split_torn_tail
-from schemas import NewPet, Pet, SeedPet, encoder
-from store import Added, IndexedReads, PetIndex, ResetUnavailable, StorageUnavailable, seed_pets
+from schemas import INT64_MAX, NewPet, Pet, SeedPet, encoder
+from store import (
+    IDS_EXHAUSTED,
+    Added,
+    IndexedReads,
+    PetIndex,
+    ResetUnavailable,
+    StorageUnavailable,
+    seed_pets,
+)
 
 logger = logging.getLogger("petstore.store")
 
@@ -88,6 +97,9 @@ class FileStore(IndexedReads):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
             raise DataFileError(f"{path}: cannot open: {error.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device: no offsets to read at
+            os.close(fd)
+            raise DataFileError(f"{path}: not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -170,10 +182,11 @@ class FileStore(IndexedReads):
             # A replay is a read: it is answered even while the store takes no writes.
             if idempotency_key is not None and (made := self._keys.claim(idempotency_key, new_pet)):
                 return Added(made, replayed=True)
-            if self._failure is not None:
+            refused = self._failure or (IDS_EXHAUSTED if self._next_id > INT64_MAX else None)
+            if refused is not None:
                 if idempotency_key is not None:
                     self._keys.release(idempotency_key)
-                raise StorageUnavailable(self._failure)
+                raise StorageUnavailable(refused)
             pet = Pet(
                 id=self._next_id,
                 name=new_pet.name,

@@ -82,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _integer(low: int, high: int) -> Callable[[str, str], int]:
     def parse(text: str, name: str) -> int:
-        if not re.fullmatch(r"[0-9]+", text) or not low <= int(text) <= high:
-            raise SettingsError(f"{name}: expected an integer from {low} to {high}, got {text!r}")
+        # Past 30 digits it is out of range whatever it says (and int() refuses 4,301).
+        if not re.fullmatch(r"[0-9]{1,30}", text) or not low <= int(text) <= high:
+            shown = text if len(text) <= 40 else f"{text[:37]}..."
+            raise SettingsError(f"{name}: expected an integer from {low} to {high}, got {shown!r}")
         return int(text)
 
     return parse

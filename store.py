@@ -11,11 +11,16 @@ from typing import Final, NamedTuple, Protocol
 import msgspec
 
 from idempotency import IdempotencyKeys
-from schemas import NewPet, Pet, PetStatus, SeedPet
+from schemas import INT64_MAX, NewPet, Pet, PetStatus, SeedPet
 
 
 class StorageUnavailable(Exception):
     """The store can't take this write; nothing was stored and the id is not reused."""
+
+
+# What a create past the last id answers (a 503): ids are positive int64s, and one past it
+# would be stored but refused by getPet and by the next start's load.
+IDS_EXHAUSTED: Final = f"Every id up to {INT64_MAX} is taken: no pet can be added"
 
 
 class ResetUnavailable(Exception):
@@ -208,6 +213,8 @@ class MemoryStore(IndexedReads):
                 made := self._keys.replay(idempotency_key, new_pet)
             ):
                 return Added(made, replayed=True)
+            if self._index.last_id >= INT64_MAX:
+                raise StorageUnavailable(IDS_EXHAUSTED)
             pet = Pet(
                 id=self._index.last_id + 1,
                 name=new_pet.name,

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from schemas import CategoryId, SeedPet
 from settings import Settings
+from store import MemoryStore
 from tests.conftest import KEY, assert_error
 
 pytestmark = pytest.mark.anyio
@@ -530,3 +532,13 @@ async def test_concurrent_creates_get_distinct_ids(client: httpx.AsyncClient) ->
     assert sorted(listed, key=lambda pet: pet["categoryId"]) == sorted(
         (response.json() for response in responses), key=lambda pet: pet["categoryId"]
     )
+
+
+async def test_past_the_last_int64_id_a_create_is_a_503(
+    client: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    """In memory too: after id 2**63 - 1 (seeded), a create is a 503, and nothing is stored."""
+    assert store.seed([SeedPet(id=2**63 - 1, name="Last", categoryId=CategoryId(1))])
+    response = await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1})
+    assert "9223372036854775807 is taken" in assert_error(response, 503, "storage_unavailable")
+    assert [pet["id"] for pet in (await client.get("/v1/pets")).json()] == [2**63 - 1]

@@ -26,7 +26,7 @@ from records import DataFileError
 from schemas import NewPet, encoder
 from settings import Settings
 from store import Added
-from tests.conftest import AUTH, KEY, ServerFactory
+from tests.conftest import AUTH, KEY, ServerFactory, assert_error
 
 REX = {"id": 1, "name": "Rex", "categoryId": 1, "status": "available"}
 TOM = {"id": 2, "name": "Tom", "categoryId": 2}
@@ -771,3 +771,24 @@ def test_bad_seed_stops_the_start(
     assert server.stderr == f"petstore: seed file {seed_path}: {reason}\n"
     assert server.stdout == ""
     assert not (tmp_path / "pets.jsonl").exists()
+
+
+@pytest.mark.anyio
+async def test_past_the_last_int64_id_a_create_is_a_503_and_the_file_still_loads(
+    tmp_path: Path,
+) -> None:
+    """Once a pet holds id 2**63 - 1, a create is refused (503 storage_unavailable) instead of
+    storing an id that getPet refuses and that the next start could not load; keyed or not."""
+    last = {"id": 2**63 - 1, "name": "Last", "categoryId": 1}
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(line(last))
+    async with serving(FileStore(str(path))) as http:
+        plain = await http.post("/v1/pets", json={"name": "Rex", "categoryId": 1})
+        keyed = await http.post(
+            "/v1/pets", json={"name": "Rex", "categoryId": 1}, headers={"Idempotency-Key": "k-1"}
+        )
+    for refused in (plain, keyed):
+        message = assert_error(refused, 503, "storage_unavailable")
+        assert "9223372036854775807 is taken" in message
+    assert path.read_bytes() == line(last)
+    assert await stored_pets(path) == [last]

@@ -70,6 +70,18 @@ def parse_response(raw: bytes) -> tuple[str, dict[str, str], Any]:
 # --------------------------------------------------------------------------- SIGTERM
 
 
+def test_ctrl_c_stops_like_sigterm_without_a_traceback(start_server: ServerFactory) -> None:
+    """SIGINT (Ctrl-C): the same graceful stop, exit 130 as a shell reports it, and no
+    traceback (uvicorn raises the signal again once it has stopped)."""
+    server = start_server()
+    with server.client() as http:
+        assert http.get("/healthz").status_code == 200
+    server.process.send_signal(signal.SIGINT)
+    assert server.process.wait(15) == 130
+    assert "Traceback" not in server.stderr
+    assert "Application shutdown complete" in server.stderr
+
+
 def test_sigterm_with_an_idle_keep_alive_connection_exits_promptly(
     start_server: ServerFactory,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -381,6 +382,9 @@ BAD_SETTINGS = [
     pytest.param([], {"PETSTORE_JOURNAL_SIZE": "many"}, id="env-journal-size"),
     pytest.param(["--log-format", "xml"], {}, id="log-format"),
     pytest.param([], {"PETSTORE_METRICS": "yes"}, id="env-metrics"),
+    pytest.param(["--max-body", "9" * 5000], {}, id="max-body-5000-digits"),
+    pytest.param([], {"PETSTORE_PORT": "8" * 4301}, id="env-port-4301-digits"),
+    pytest.param(["--data", "{fifo}", "--api-key", KEY], {}, id="data-file-a-fifo"),
 ]
 
 
@@ -393,7 +397,9 @@ def test_bad_setting_stops_the_start_with_one_line(
     empty.write_text("")
     deep = tmp_path / "deep.json"
     deep.write_text('[{"name": "Rex", "categoryId": ' + "[" * 5000 + "]" * 5000 + "}]")
-    args, env = fill(args, env, {"empty": empty, "deep": deep})
+    fifo = tmp_path / "pets.fifo"
+    os.mkfifo(fifo)
+    args, env = fill(args, env, {"empty": empty, "deep": deep, "fifo": fifo})
     # The port comes from the environment so that a case can still override it.
     result = subprocess.run(
         [sys.executable, "app.py", *args],
