@@ -147,7 +147,9 @@ class PetRoutes:
         return JSONResponse(b'{"status":"ok"}')
 
     async def readyz(self, scope: Scope, receive: Receive) -> Response:
-        if not self.health.started or self.health.stopping:
+        if self.health.stopping:  # the cause in its words, as the store's below
+            return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, "Shutting down")
+        if not self.health.started:
             return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, "Not serving requests yet")
         if (problem := self.store.unwritable) is not None:  # the store's own words
             return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, problem)

@@ -241,15 +241,20 @@ async def unstarted(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
 
 async def test_readyz_is_503_before_startup(unstarted: httpx.AsyncClient) -> None:
     """Before the lifespan has started, /readyz is 503 storage_unavailable; /healthz is 200."""
-    assert_error(await unstarted.get("/readyz"), 503, "storage_unavailable")
+    message = assert_error(await unstarted.get("/readyz"), 503, "storage_unavailable")
+    assert message == "Not serving requests yet"
     health = await unstarted.get("/healthz")
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
 
 
 async def test_readyz_is_503_after_shutdown(app: Petstore) -> None:
-    """Once the lifespan has ended (shutting down), /readyz is 503 again."""
+    """From the moment shutdown begins (SIGTERM calls Health.stop) and once the lifespan has
+    ended, /readyz is 503 again, its message naming the shutdown."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://petstore") as c:
         async with app.router.lifespan_context(app):
             assert (await c.get("/readyz")).status_code == 200
-        assert_error(await c.get("/readyz"), 503, "storage_unavailable")
+            app.health.stop()
+            stopping = assert_error(await c.get("/readyz"), 503, "storage_unavailable")
+        ended = assert_error(await c.get("/readyz"), 503, "storage_unavailable")
+    assert stopping == ended == "Shutting down"
