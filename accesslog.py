@@ -14,7 +14,7 @@ from typing import Final, TextIO
 import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from journal import Journal, rfc3339
+from journal import Journal, redact, rfc3339
 from metrics import RequestCounts
 from routing import REQUEST_ID_HEADER, STATUS, internal_error
 
@@ -173,9 +173,7 @@ class AccessLog:
         if self.stream is None or not entries:
             return
         text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
-        for key in self.keys:  # one a client put in a path or a request id
-            if key in text:  # one scan of the chunk a key: off the requests' path
-                text = text.replace(key, "[redacted]")
+        text = redact(text, self.keys)  # one a client put in a path or a request id
         try:
             self.stream.write(text)
         except (OSError, ValueError) as error:

@@ -15,7 +15,7 @@ import msgspec
 import uvicorn.config
 from uvicorn.config import LOG_LEVELS
 
-from journal import REDACTED, rfc3339
+from journal import redact, rfc3339
 from settings import Settings
 
 
@@ -32,10 +32,7 @@ class Redact(logging.Filter):
         self.secrets = tuple(secret for secret in secrets if secret)
 
     def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        return redact(text, self.secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
