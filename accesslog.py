@@ -6,9 +6,9 @@ import asyncio
 import itertools
 import logging
 import re
-import secrets
 import time
 from collections.abc import Iterator, Sequence
+from secrets import token_hex
 from typing import Final, TextIO
 
 import msgspec
@@ -64,8 +64,8 @@ class AccessLog:
     notes the request in the journal: a layer of its own cost a request a clock and an await
     more. With metrics on, it notes each request's duration for metrics.RequestCounts (a dict
     lookup, an append). `json_lines`: each line one JSON object (AccessLine) instead of text.
-    `keys` (the configured ones) never reach the log: one a client sends in a path or a request
-    id is `[redacted]`.
+    `secrets` (Settings.secrets: the keys and the database's password) never reach the log: one
+    a client sends in a path or a request id is `[redacted]`.
     """
 
     def __init__(  # noqa: PLR0913 - each argument past the stream is one optional feature
@@ -76,16 +76,16 @@ class AccessLog:
         counts: RequestCounts | None = None,
         *,
         json_lines: bool = False,
-        keys: Sequence[str] = (),
+        secrets: Sequence[str] = (),
     ) -> None:
         self.app = app
         self.stream = stream
         self.journal = journal
         self.counts = counts
         self.json_lines = json_lines
-        self.keys = tuple(keys)
+        self.secrets = tuple(secrets)
         self.entries: list[_Entry] = []
-        self.id_prefix = secrets.token_hex(4).encode() + b"-"
+        self.id_prefix = token_hex(4).encode() + b"-"
         self.id_blocks = itertools.count(1)  # of 256 ids: the counter's digits but the last two
         self.made_ids: Iterator[tuple[bytes, bytes]] = iter(())
 
@@ -173,7 +173,7 @@ class AccessLog:
         if self.stream is None or not entries:
             return
         text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
-        text = redact(text, self.keys)  # one a client put in a path or a request id
+        text = redact(text, self.secrets)  # one a client put in a path or a request id
         try:
             self.stream.write(text)
         except (OSError, ValueError) as error:

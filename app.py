@@ -241,7 +241,7 @@ def create_app(
     if settings.admin_keys:
         journal = None
         if settings.journal_size:
-            journal = Journal(settings.journal_size, [*settings.api_keys, *settings.admin_keys])
+            journal = Journal(settings.journal_size, settings.secrets)
         plane = ControlPlane(store, journal, Faults(chance))
     intercept = plane.faults.intercept if plane else None
     routes = [
@@ -282,8 +282,9 @@ def create_app(
         metrics = Metrics(counts, store, store if isinstance(store, FileStore) else None)
     journal = plane.journal if plane else None
     json_lines = settings.log_format == "json"
-    keys = (*settings.api_keys, *settings.admin_keys)
-    app = log = AccessLog(app, access_log, journal, counts, json_lines=json_lines, keys=keys)
+    app = log = AccessLog(
+        app, access_log, journal, counts, json_lines=json_lines, secrets=settings.secrets
+    )
     if settings.root_path:
         app = RootPath(app, settings.root_path)
     return Petstore(app, router, health, log, plane)

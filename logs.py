@@ -7,7 +7,6 @@ import copy
 import logging
 import logging.config
 import sys
-import urllib.parse
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
@@ -49,14 +48,6 @@ class Redact(logging.Filter):
         return True
 
 
-def secrets_of(settings: Settings) -> tuple[str, ...]:
-    """The configuration's secrets that a log must never show: its keys of both kinds and the
-    database's password (as the URL writes it and as it is)."""
-    password = urllib.parse.urlsplit(settings.database).password if settings.database else None
-    passwords = (password, urllib.parse.unquote(password)) if password else ()
-    return (*settings.api_keys, *settings.admin_keys, *passwords)
-
-
 class JsonFormatter(logging.Formatter):
     """A log record as one JSON object: time (RFC 3339, UTC), level, logger, message, and the
     traceback as text under exc_info when there is one."""
@@ -82,7 +73,7 @@ def logging_config(settings: Settings) -> dict[str, Any]:
     were. json: one handler, JsonFormatter, for both (uvicorn's access log too, which
     `python app.py` turns off: ours is cheaper)."""
     ours = {"level": LOG_LEVELS[settings.log_level], "propagate": False}
-    redact = {"()": Redact, "secrets": secrets_of(settings)}
+    redact = {"()": Redact, "secrets": settings.secrets}
     if settings.log_format == "text":
         config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
         config["formatters"]["petstore"] = {"format": "%(levelname)-9s %(name)s: %(message)s"}
@@ -128,7 +119,7 @@ def configure_logging(settings: Settings, *, uvicorn_too: bool = True) -> None:
         config["loggers"] = {"petstore": config["loggers"]["petstore"]}
     logging.config.dictConfig(config)
     if not uvicorn_too:  # uvicorn's handlers as uvicorn made them, our filter added
-        redact = Redact(secrets_of(settings))
+        redact = Redact(settings.secrets)
         for name in ("uvicorn", "uvicorn.access"):
             for handler in logging.getLogger(name).handlers:
                 handler.addFilter(redact)

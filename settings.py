@@ -43,6 +43,14 @@ class Settings:
         default=None, repr=False
     )  # a libpq URL: it may hold a password
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What no log line and no journal entry may show: the keys of both kinds and the
+        database's password (as the URL writes it and as it is)."""
+        password = urllib.parse.urlsplit(self.database).password if self.database else None
+        passwords = (password, urllib.parse.unquote(password)) if password else ()
+        return (*self.api_keys, *self.admin_keys, *passwords)
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself

@@ -19,18 +19,21 @@ from typing import Any
 import httpx
 import pytest
 
-from app import Petstore
+from app import Petstore, create_app
 from journal import rfc3339
-from logs import JsonFormatter, Redact, secrets_of
+from logs import JsonFormatter, Redact
 from settings import Settings
+from store import MemoryStore
 from tests.conftest import (
     KEY,
     ROOT,
     Launcher,
     Server,
     ServerFactory,
+    bearer,
     child_of,
     free_port,
+    serving,
     wait_until,
 )
 
@@ -326,11 +329,40 @@ def test_redact_keeps_every_secret_out_of_a_record() -> None:
     failed = formatted("failed", (), ValueError(f"no pet {ADMIN_KEY}"))
     assert failed == "failed\nValueError: no pet [redacted]"
     assert formatted("GET %s %d", ("/v1/pets", 200)) == "GET /v1/pets 200"
-    assert secrets_of(Settings(api_keys=("a",), database="postgresql://u:p%40ss@h/d")) == (
+    assert Settings(api_keys=("a",), database="postgresql://u:p%40ss@h/d").secrets == (
         "a",
         "p%40ss",
         "p@ss",
     )
+
+
+@pytest.mark.anyio
+async def test_the_database_password_is_kept_out_of_the_access_log_and_the_journal() -> None:
+    """A client that sends the database's password (as the URL writes it, or decoded) in a path,
+    a query or a request id finds it `[redacted]` in the access log and in the journal, as the
+    keys are."""
+    settings = Settings(
+        api_keys=(KEY,),
+        admin_keys=(ADMIN_KEY,),
+        database="postgresql://petstore:pa%24%24word-42@db.internal/petstore",
+    )
+    access_log = io.StringIO()
+    petstore = create_app(settings, MemoryStore(), access_log=access_log)
+    async with serving(petstore) as client:
+        await client.get("/v1/pets/pa$$word-42")
+        await client.get("/v1/pets?name=pa%24%24word-42", headers={"X-Request-Id": "pa$$word-42"})
+        journal = await client.get("/_admin/requests", headers=bearer(ADMIN_KEY))
+    petstore.access_log.flush()
+    written = access_log.getvalue() + journal.text
+    assert "pa$$word-42" not in written
+    assert "pa%24%24word-42" not in written
+    lines = access_log.getvalue().splitlines()
+    assert lines[0].split('"')[1] == "GET /v1/pets/[redacted]"
+    assert lines[1].endswith(" [redacted]")
+    entries = journal.json()["requests"]
+    assert [entry["path"] for entry in entries] == ["/v1/pets/[redacted]", "/v1/pets"]
+    assert entries[1]["query"] == "name=[redacted]"
+    assert entries[1]["requestId"] == "[redacted]"
 
 
 def test_no_key_in_uvicorn_s_trace_lines(start_server: ServerFactory) -> None:
