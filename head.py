@@ -13,7 +13,8 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from routing import REQUEST_ID_HEADER
+from routing import REQUEST_ID_HEADER, error_response
+from schemas import ErrorCode
 
 # The header lines QuickHead checked and made, by their (name, value): kept for the pairs that
 # come back (Content-Type, a path's deprecation headers, the date of this second, a body's
@@ -115,3 +116,16 @@ class QuickHead(RequestResponseCycle):
             self.chunked_encoding = False
         content.append(b"\r\n")
         self.transport.write(b"".join(content))
+
+    async def send_500_response(self) -> None:
+        """uvicorn's answer to a request the app left unanswered (cancelled by a shutdown past
+        its grace period; a bug), as every answer of ours: an Error body, with the request's
+        id. uvicorn's own is plain text; it has logged why."""
+        response = error_response(
+            500,
+            ErrorCode.INTERNAL_ERROR,
+            "Internal error: the request was left unanswered; the log has details",
+            {"Connection": "close"},
+        )
+        # uvicorn's ASGI types and Starlette's describe the same dicts apart.
+        await response(self.scope, self.receive, self.send)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ and the probes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import http.client
 import json
@@ -117,6 +118,31 @@ def test_sigterm_lets_the_request_in_flight_finish(start_server: ServerFactory) 
         {"id": 1, "name": "Rex", "categoryId": 1},
     )
     assert (headers["location"], headers["connection"]) == ("/v1/pets/1", "close")
+    assert server.process.wait(10) in (0, -15)
+
+
+def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: ServerFactory) -> None:
+    """A request still unanswered when SIGTERM's 5 s of grace run out is cancelled; its 500 is
+    an Error body with its id (uvicorn's own is plain text), and the process exits."""
+    server = start_server("--admin-key", "admin-key-0123456789", "--log-level", "trace")
+    head = (
+        "GET /v1/pets HTTP/1.1\r\nHost: petstore\r\nPrefer: delay=30000\r\n"
+        f"Authorization: Bearer {KEY}\r\nX-Request-Id: cut-off\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
+        sock.sendall(head)
+        # uvicorn's trace of the app called: the request is waiting out its delay
+        wait_until(lambda: "Started scope=" in server.stderr, "the request in the app")
+        server.process.send_signal(signal.SIGTERM)
+        status_line, headers, body = parse_response(read_until_closed(sock))
+    assert status_line == "HTTP/1.1 500 Internal Server Error"
+    assert (headers["content-type"], headers["x-request-id"]) == ("application/json", "cut-off")
+    assert headers["connection"] == "close"
+    assert body == {
+        "code": "internal_error",
+        "message": "Internal error: the request was left unanswered; the log has details",
+        "status": 500,
+    }
     assert server.process.wait(10) in (0, -15)
 
 
@@ -617,6 +643,50 @@ def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
     else:  # the next of the ids the access log makes: same prefix, the counter one on
         prefix, _, number = before.partition("-")
         assert headers["x-request-id"] == f"{prefix}-{int(number, 16) + 1:x}"
+
+
+def test_a_request_head_past_the_limit_is_refused(start_server: ServerFactory) -> None:
+    """httptools keeps a request's head however long it gets: a head still unfinished 64 KiB
+    past the read it began in (uvloop reads at most 256 KiB at once, and 1 MiB is sent here) is
+    refused with a 400 Error carrying the client's id, and the connection closed. The body's
+    bytes don't count: a 300 KiB create is stored, and a 60 KiB head sent in pieces served."""
+    server = start_server()
+    head = b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Request-Id: big-head\r\n"
+    filler = b"X-Filler: %s\r\n" % (b"f" * 1000)
+    received = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
+        # Closed on us once refused (the answer written first): the rest is not taken.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            connection.sendall(head + filler * 1024)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := connection.recv(65536):
+                received += chunk
+    answer_head, _, body = received.partition(b"\r\n\r\n")
+    assert answer_head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"\r\nx-request-id: big-head\r\n" in answer_head
+    assert json.loads(body) == {
+        "code": "validation_error",
+        "message": "Request head larger than 65536 bytes; the connection is closed",
+        "status": 400,
+    }
+    wait_until(lambda: "Request head larger than 65536 bytes." in server.stderr, "the warning")
+    padded = b'{"name":"Rex","categoryId":1}' + b" " * 300 * 1024
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection,
+        connection.makefile("rb") as stream,
+    ):
+        for piece in (head, *[filler] * 60, AUTH_LINE, b"\r\n"):
+            connection.sendall(piece)
+        assert stream.readline() == b"HTTP/1.1 200 OK\r\n"
+        length = 0
+        while (line := stream.readline()) != b"\r\n":
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        assert stream.read(length) == b"[]"
+        connection.sendall(CREATE_HEAD + b"Content-Length: %d\r\n\r\n" % len(padded))
+        for start in range(0, len(padded), 16 * 1024):
+            connection.sendall(padded[start : start + 16 * 1024])
+        assert stream.readline() == b"HTTP/1.1 201 Created\r\n"
 
 
 def test_an_upgrade_to_websocket_is_ignored_and_the_request_answered(
