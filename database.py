@@ -18,7 +18,7 @@ import msgspec
 
 from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
 from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder
-from store import Added, Page, ResetUnavailable, StorageUnavailable
+from store import IDS_EXHAUSTED, Added, Page, ResetUnavailable, StorageUnavailable
 from tables import (
     COUNT,
     CREATE,
@@ -258,18 +258,23 @@ class DatabaseStore:
     # The writer and the probe, tasks on the service's event loop.
 
     async def _write_loop(self) -> None:
+        """Commit what is queued, batch after batch; wait only when nothing is. (Waiting for
+        a wake-up after each commit, it slept through close()'s when creates had queued
+        behind a slow commit, and the service never exited.)"""
         while True:
-            await self._wake_writer.wait()
-            self._wake_writer.clear()
-            batch, self._pending = self._pending, []
-            if not batch:
+            if not self._pending:
                 if self._closing:
                     return
+                await self._wake_writer.wait()
+                self._wake_writer.clear()
                 continue
+            batch, self._pending = self._pending, []
             try:
                 pets = await self._commit(batch)
             except UNAVAILABLE as error:
                 failure: BaseException = self._unavailable(error)
+            except StorageUnavailable as error:  # every id taken
+                failure = error
             except Exception as error:  # a bug: each create answers 500, the writer goes on
                 failure = error
             else:
@@ -304,6 +309,8 @@ class DatabaseStore:
         )
         assert row is not None  # the statement's one row
         first, ids = row
+        if first is None:  # no block of this size is left below the last id
+            raise StorageUnavailable(IDS_EXHAUSTED)
         if len(ids) < len(batch):  # rare: two replicas raced with one key
             # A statement of its own, so for a moment the count (a gauge) is too high; the
             # batch is committed whatever becomes of it, so its failure fails no create.
@@ -330,6 +337,10 @@ class DatabaseStore:
                 self._fatal = f"The service can't use this database: {error}"
                 return
             except UNAVAILABLE as error:
+                self._went_down(error, "creates and reads answer 503 until it is back")
+            except Exception as error:  # a bug: said, and tried again as after an outage
+                if self._outage is None:
+                    logger.exception("database %s: checking it failed", self.where)
                 self._went_down(error, "creates and reads answer 503 until it is back")
             else:
                 self._came_back()

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from schemas import Pet, PetStatus, SeedPet, encoder
+from schemas import INT64_MAX, Pet, PetStatus, SeedPet, encoder
 from store import seed_pets
 
 logger = logging.getLogger("petstore.store")
@@ -40,10 +40,13 @@ _SEED: Final = """
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::json[])"""
 # A batch of creates in one statement, so one round trip, committed as it ends: reserve the
 # block of ids (the row lock, held to the commit), insert each pet (its JSON as msgspec wrote
-# it, the id put in front), skip a key another replica committed meanwhile.
+# it, the id put in front), skip a key another replica committed meanwhile. The counter, a
+# bigint, may not pass the last id: a batch that would take it finds no block (`first` NULL,
+# nothing stored), so ids end at 2**63 - 2 here (a seed may hold 2**63 - 1, INT64_MAX).
 CREATE: Final = """
     WITH block AS (
         UPDATE petstore_ids SET next_id = next_id + $1, pets = pets + $1
+        WHERE next_id <= 9223372036854775807 - $1
         RETURNING next_id - $1 AS first
     ), inserted AS (
         INSERT INTO petstore_pets (id, status, pet, idempotency_key, keyed_at)
@@ -101,9 +104,10 @@ async def _insert_seed(connection: Connection, pets: list[Pet], where: str) -> N
         [status_column(pet.status) for pet in pets],
         [encoder.encode(pet).decode() for pet in pets],
     )
-    await connection.execute(
-        "UPDATE petstore_ids SET next_id = $1, pets = $2", pets[-1].id + 1, len(pets)
-    )
+    # The counter is a bigint too: a seed that took the last id leaves it there, where no
+    # block fits (CREATE), as none would past it.
+    next_id = min(pets[-1].id + 1, INT64_MAX)
+    await connection.execute("UPDATE petstore_ids SET next_id = $1, pets = $2", next_id, len(pets))
     logger.info("seeded %d pets into %s", len(pets), where)
 
 

@@ -11,15 +11,17 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import Petstore, create_app, open_store
+from database import DatabaseStore
 from settings import Settings, SettingsError, load_settings
 from tests.conftest import (
     AUTH,
@@ -59,6 +61,15 @@ async def replica(url: str, **settings: Any) -> AsyncIterator[httpx.AsyncClient]
 
 def keyed(key: str) -> dict[str, str]:
     return {"Idempotency-Key": key}
+
+
+async def eventually(check: Callable[[], Awaitable[object]], what: str) -> None:
+    """Until `check` comes true (looked at every 10 ms, for 10 s at most)."""
+    for _ in range(1000):
+        if await check():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"{what}: not within 10 s")
 
 
 # --------------------------------------------------------------------------- the interface
@@ -139,6 +150,92 @@ async def test_metrics_count_the_pets_in_the_database(url: str) -> None:
             if family.name in ("petstore_pets", "petstore_store_writable")
         }
     assert families == {"petstore_pets": 3, "petstore_store_writable": 1}
+
+
+async def test_ids_end_below_the_counter_s_last_value(url: str, postgres: Cluster) -> None:
+    """The counter is a bigint: ids go up to 2**63 - 2, and a create past them answers 503
+    storage_unavailable, stores nothing, and leaves the service serving (not a 500 for the
+    whole batch from the database's "bigint out of range")."""
+    async with replica(url) as http:
+        await http.post("/v1/pets", json=REX)
+        postgres.sql("UPDATE petstore_ids SET next_id = 9223372036854775805", Cluster.name(url))
+        made = [await http.post("/v1/pets", json=TOM) for _ in range(3)]
+        assert [answer.status_code for answer in made[:2]] == [201, 201]
+        assert [answer.json()["id"] for answer in made[:2]] == [2**63 - 3, 2**63 - 2]
+        message = assert_error(made[2], 503, "storage_unavailable")
+        assert message == f"Every id up to {2**63 - 1} is taken: no pet can be added"
+        assert len((await http.get("/v1/pets")).json()) == 3
+        assert (await http.get(f"/v1/pets/{2**63 - 2}")).status_code == 200
+
+
+async def test_a_seed_that_takes_the_last_id_leaves_no_id_to_give(url: str, tmp_path: Any) -> None:
+    """A seed may hold id 2**63 - 1: it is stored, and a create then answers 503 (the counter
+    can't pass it), where setting it had failed with a traceback."""
+    seed = tmp_path / "seed.json"
+    seed.write_text(f'[{{"id": {2**63 - 1}, "name": "Rex", "categoryId": 1}}]')
+    async with replica(url, seed=str(seed)) as http:
+        assert (await http.get(f"/v1/pets/{2**63 - 1}")).json()["name"] == "Rex"
+        assert_error(await http.post("/v1/pets", json=TOM), 503, "storage_unavailable")
+
+
+async def test_shutdown_waits_for_creates_queued_behind_a_slow_commit(url: str) -> None:
+    """A commit held up (here by a lock on the ids' row), creates queued behind it, then the
+    shutdown: every create is committed and answered 201, and the store closes. The writer
+    had slept through close()'s wake-up once it had taken the queued creates, and the process
+    never exited."""
+    configured = Settings(api_keys=(KEY,), database=url)
+    store = open_store(configured)
+    assert isinstance(store, DatabaseStore)
+    petstore = create_app(configured, store)
+    # The watcher reads pg_stat_activity: inside its transaction, the locker would see one
+    # snapshot of it.
+    locker, watcher = await asyncpg.connect(url), await asyncpg.connect(url)
+    lock = locker.transaction()
+    lifespan = petstore.router.lifespan_context(petstore)
+    await lifespan.__aenter__()
+    transport = httpx.ASGITransport(app=petstore)
+    async with httpx.AsyncClient(transport=transport, base_url="http://x", headers=AUTH) as http:
+        await lock.start()
+        await locker.execute("SELECT * FROM petstore_ids FOR UPDATE")
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        first = asyncio.create_task(http.post("/v1/pets", json=REX))
+        await eventually(lambda: watcher.fetchval(waiting), "its commit waiting for the lock")
+        queued = [asyncio.create_task(http.post("/v1/pets", json=TOM)) for _ in range(2)]
+
+        async def two_queued() -> bool:
+            return len(store._pending) == 2
+
+        await eventually(two_queued, "two creates queued behind it")
+        closing = asyncio.create_task(lifespan.__aexit__(None, None, None))
+        await lock.rollback()
+        await asyncio.wait_for(closing, 10)
+        answers = await asyncio.gather(first, *queued)
+    await asyncio.gather(locker.close(), watcher.close())
+    assert [answer.status_code for answer in answers] == [201, 201, 201]
+    assert sorted(answer.json()["id"] for answer in answers) == [1, 2, 3]
+
+
+async def test_a_failing_check_of_the_database_is_an_outage_it_recovers_from(
+    url: str, postgres: Cluster
+) -> None:
+    """The background check meets an error that is no outage (its table renamed away): readyz
+    and creates answer 503 naming it, and once the table is back the service is ready again.
+    The check had ended at the first such error, leaving readiness as it last was."""
+    database = Cluster.name(url)
+    async with replica(url) as http:
+        assert (await http.get("/readyz")).status_code == 200
+        postgres.sql("ALTER TABLE petstore_ids RENAME TO petstore_ids_away", database)
+
+        async def ready(status: int) -> bool:
+            return (await http.get("/readyz")).status_code == status
+
+        await eventually(lambda: ready(503), "readyz 503")
+        message = assert_error(await http.get("/readyz"), 503, "storage_unavailable")
+        assert "UndefinedTableError" in message
+        assert_error(await http.post("/v1/pets", json=REX), 503, "storage_unavailable")
+        postgres.sql("ALTER TABLE petstore_ids_away RENAME TO petstore_ids", database)
+        await eventually(lambda: ready(200), "readyz 200 again")
+        assert (await http.post("/v1/pets", json=REX)).status_code == 201
 
 
 # --------------------------------------------------------------------------- idempotency keys
