@@ -97,18 +97,17 @@ class IdempotencyKeys:
     def load(self, keyed: Sequence[tuple[str, Pet, int]]) -> int | None:
         """Remember the keys read from a data file (key, pet, second made), in the file's order,
         into the empty set of keys, all at once (a million of them in C, mostly); the position
-        of the first key given twice (damage: the load fails), else None."""
+        of the first key given twice (damage: the load fails), else None. A key may be given
+        again once it could have been forgotten (see `_reused`): the later line is the one."""
         if self._pets:
             raise RuntimeError("load() fills an empty set of keys")
         keys = list(map(operator.itemgetter(0), keyed))
-        before = 0
         self._pets.update(zip(keys, map(operator.itemgetter(1), keyed), strict=True))
-        if len(self._pets) != before + len(keys):  # a key given twice: find it (the load fails)
-            seen: set[str] = set()
-            for position, key in enumerate(keys):
-                if key in seen:
-                    return position
-                seen.add(key)
+        if len(self._pets) != len(keys):  # a key given twice: forgotten between, or damage
+            twice, keyed = _reused(keyed)
+            if twice is not None:
+                return twice
+            keys = list(map(operator.itemgetter(0), keyed))
         self._order.extend(keys)
         for second, same in itertools.groupby(map(operator.itemgetter(2), keyed)):
             count = len(list(same))
@@ -132,3 +131,23 @@ class IdempotencyKeys:
         self._order.clear()
         self._seconds.clear()
         self._in_flight.clear()
+
+
+def _reused(
+    keyed: Sequence[tuple[str, Pet, int]],
+) -> tuple[int | None, Sequence[tuple[str, Pet, int]]]:
+    """The keyed lines of a file in which a key comes twice: the position of a key given
+    again before it could have been forgotten (damage), or the lines without those whose key
+    a later line took again. A service forgets a key (then free for another create) once it
+    is older than RETAIN_SECONDS and RETAIN_KEYS newer keyed creates came after it; the file
+    keeps both lines, and refusing it had left a file the service wrote and would not load."""
+    last: dict[str, int] = {}
+    replaced: set[int] = set()
+    for position, (key, _, second) in enumerate(keyed):
+        earlier = last.get(key)
+        if earlier is not None:
+            if position - earlier <= RETAIN_KEYS or keyed[earlier][2] > second - RETAIN_SECONDS:
+                return position, keyed
+            replaced.add(earlier)
+        last[key] = position
+    return None, [line for position, line in enumerate(keyed) if position not in replaced]

@@ -8,7 +8,7 @@ import msgspec
 
 from schemas import (
     DEPRECATION,
-    IDEMPOTENCY_KEY_PATTERN,
+    IDEMPOTENCY_HEADER_PATTERN,
     INT64_MAX,
     LIMIT_DEFAULT,
     LIMIT_MAX,
@@ -147,7 +147,7 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
                 "description": "Makes the create safe to retry (draft-ietf-httpapi-idempotency-"
                 "key-header): the same key with the same request replays the first 201; keys "
                 "are kept at least 24 hours and for 100,000 keyed creates after them",
-                "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+                "schema": {"type": "string", "pattern": IDEMPOTENCY_HEADER_PATTERN},
             }
         ],
         "requestBody": {"required": True, "content": json_content(new_pet_ref)},

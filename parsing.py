@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import decimal
+import re
 import urllib.parse
 from typing import Final
 
@@ -48,6 +49,7 @@ def query(query_string: bytes, names: frozenset[str]) -> dict[str, str]:
     return params
 
 
+_QUOTED_PAIR: Final = re.compile(rb"\\(.)", re.DOTALL)  # RFC 9110 5.6.4
 _LIST_PARAMETERS: Final = frozenset({"limit", "status", "after"})
 
 
@@ -75,8 +77,9 @@ def list_query(query_string: bytes) -> tuple[int, PetStatus | None, int]:
 
 
 def idempotency_key(scope: Scope) -> str | None:
-    """The request's Idempotency-Key, bare or as a quoted string (`"abc"` is `abc`); None
-    without one; a 400 for anything but 1 to 255 visible ASCII characters, or two of them."""
+    """The request's Idempotency-Key, bare or as a quoted string (`"abc"` is `abc`, `"a\\"b"` is
+    `a"b`), whitespace after it left out; None without one; a 400 for anything but 1 to 255
+    visible ASCII characters, or two of them."""
     found: bytes | None = None
     for name, value in scope["headers"]:
         if name == b"idempotency-key":
@@ -85,8 +88,11 @@ def idempotency_key(scope: Scope) -> str | None:
             found = value
     if found is None:
         return None
+    found = found.rstrip(b" \t")  # whitespace after a value is not part of it (RFC 9110 5.5)
     if len(found) >= 2 and found[0] == found[-1] == 0x22:  # a quoted string: "abc" is abc
         found = found[1:-1]
+        if b"\\" in found:  # a quoted-pair stands for its character: "a\"b" is a"b
+            found = _QUOTED_PAIR.sub(rb"\1", found)
     key = found.decode("latin-1")
     # 1 to 255 of 0x21-0x7e, as IDEMPOTENCY_KEY_PATTERN says (str methods: a regex costs more)
     if not (0 < len(key) <= 255 and key.isascii() and key.isprintable() and " " not in key):

@@ -33,6 +33,10 @@ JOURNAL_BODY_LIMIT: Final = 4096
 
 # Idempotency-Key (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters.
 IDEMPOTENCY_KEY_PATTERN: Final = "^[\x21-\x7e]{1,255}$"
+# The header's value: the key bare, or quoted with quoted-pairs (`"a\\"b"` is `a"b`); not `""`.
+IDEMPOTENCY_HEADER_PATTERN: Final = (
+    r'^(?!""$)(?:[\x21-\x7e]{1,255}|"(?:[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e]){1,255}")$'
+)
 
 
 class PetStatus(enum.Enum):

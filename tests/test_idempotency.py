@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -107,11 +108,23 @@ async def test_same_key_another_request_is_422(other_request: dict[str, Any]) ->
         assert await all_pets(http) == [{"id": 1, **REX}]
 
 
-async def test_quoted_and_bare_forms_are_the_same_key() -> None:
-    """`"abc"` and `abc` name one key."""
+@pytest.mark.parametrize(
+    ("bare", "other"),
+    [
+        ("abc-1", '"abc-1"'),
+        ("abc-1", "abc-1 "),
+        ("abc-1", '"abc-1"\t'),
+        ('a"b\\c', '"a\\"b\\\\c"'),
+    ],
+    ids=["quoted", "a space after", "quoted, a tab after", "quoted-pairs"],
+)
+async def test_forms_of_one_key_are_the_same_key(bare: str, other: str) -> None:
+    """`"abc"` and `abc` name one key, whitespace after a value is not part of it, and a
+    quoted-pair in a quoted key stands for its character (RFC 9110 5.5, 5.6.4)."""
     async with memory_service() as http:
-        await http.post("/v1/pets", json=REX, headers=keyed('"abc-1"'))
-        again = await http.post("/v1/pets", json=REX, headers=keyed("abc-1"))
+        await http.post("/v1/pets", json=REX, headers=keyed(bare))
+        again = await http.post("/v1/pets", json=REX, headers=keyed(other))
+        assert again.status_code == 201
         assert again.headers["idempotent-replayed"] == "true"
         assert len(await all_pets(http)) == 1
 
@@ -412,6 +425,48 @@ def test_retention_needs_both_the_age_and_the_count() -> None:
     assert "k1" in keys  # old, but 99,999 newer only
     assert keys.claim("k1", request) == pet
     assert len(keys) == RETAIN_KEYS
+
+
+async def test_a_forgotten_key_used_again_leaves_a_file_that_loads(tmp_path: Path) -> None:
+    """A key past its retention (over 24 h old, 100,000 newer keyed creates after it) is free
+    for another create; the file then holds the key on two lines, and it loads, the later line
+    being the key's. (The load had refused it as damage: a file the service wrote, unloadable.)"""
+    path = tmp_path / "pets.jsonl"
+    made = int(time.time())
+    old = made - RETAIN_SECONDS - 3600
+    lines = [keyed_line({"id": 1, **REX}, "old-key", old)]
+    lines += [keyed_line({"id": n, **TOM}, f"k{n}", made) for n in range(2, RETAIN_KEYS + 2)]
+    path.write_bytes(b"".join(lines))
+    async with serving(FileStore(str(path))) as http:
+        again = await http.post("/v1/pets", json=TOM, headers=keyed("old-key"))
+        assert (again.status_code, again.json()["id"]) == (201, RETAIN_KEYS + 2)
+    async with serving(FileStore(str(path))) as http:
+        replayed = await http.post("/v1/pets", json=TOM, headers=keyed("old-key"))
+        assert (replayed.status_code, replayed.content) == (201, again.content)
+        assert replayed.headers["idempotent-replayed"] == "true"
+        assert_error(
+            await http.post("/v1/pets", json=REX, headers=keyed("old-key")),
+            422,
+            "idempotency_key_reused",
+        )
+
+
+def test_a_key_given_again_before_it_could_be_forgotten_is_damage() -> None:
+    """At load, a key on two lines with fewer than 100,000 keyed lines between, or less than
+    24 h apart, is damage (its position); past both, the later line is the key's."""
+    rex, tom = Pet(id=1, name="Rex", categoryId=1), Pet(id=2, name="Tom", categoryId=2)
+    between = [(f"k{n}", tom, 10 * RETAIN_SECONDS) for n in range(RETAIN_KEYS)]
+    for first_made, count, damaged_at in (
+        (0, RETAIN_KEYS, None),
+        (0, RETAIN_KEYS - 1, RETAIN_KEYS),
+        (9 * RETAIN_SECONDS + 1, RETAIN_KEYS, RETAIN_KEYS + 1),
+        (9 * RETAIN_SECONDS, RETAIN_KEYS, None),
+    ):
+        keys = IdempotencyKeys(clock=lambda: 10 * RETAIN_SECONDS)
+        keyed = [("again", rex, first_made), *between[:count], ("again", tom, 10 * RETAIN_SECONDS)]
+        assert keys.load(keyed) == damaged_at, (first_made, count)
+        if damaged_at is None:
+            assert keys.replay("again", NewPet(name="Tom", categoryId=CategoryId(2))) == tom
 
 
 def test_a_young_key_is_kept_whatever_the_count() -> None:
