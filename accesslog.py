@@ -34,7 +34,7 @@ class AccessLine(msgspec.Struct):
     client: str | None
     method: str
     path: str
-    status: int
+    status: int | None  # None: no answer (a fault rule's `drop`)
     durationUs: int  # camelCase: the contract's names
     requestId: str
 
@@ -42,9 +42,9 @@ class AccessLine(msgspec.Struct):
 _access_line_encoder: Final = msgspec.json.Encoder()
 # Lines formatted between two turns of the event loop: about 0.2 ms of work.
 _LINES_A_CHUNK: Final = 256
-# A request as the access log notes it: client, method, path, status, duration (ns), request
-# id, and when it arrived (time.perf_counter_ns).
-_Entry = tuple[tuple[str, int] | None, str, str, int, int, tuple[bytes, bytes], int]
+# A request as the access log notes it: client, method, path, status (None: dropped, no
+# answer), duration (ns), request id, and when it arrived (time.perf_counter_ns).
+_Entry = tuple[tuple[str, int] | None, str, str, int | None, int, tuple[bytes, bytes], int]
 
 
 class AccessLog:
@@ -133,7 +133,7 @@ class AccessLog:
                 elapsed = time.perf_counter_ns() - started
                 status = scope.get(STATUS, 500)
                 if journal is not None:  # the test-control plane is on; None: no answer sent
-                    journal.record(scope, started, elapsed, scope.get(STATUS), request_id[1])
+                    journal.record(scope, started, elapsed, status, request_id[1])
                 if counts is not None:  # inline, not a method of RequestCounts: a call less
                     route = scope.get("route")  # set by the router that took the path
                     template = route.path if route is not None else counts.unrouted(scope)
@@ -199,7 +199,7 @@ class AccessLog:
         # The check costs 0.5k instructions a line (also checked a chunk at once).
         return "".join(
             f"{client[0] if client else '-'} "
-            f'"{method} {path if path.isprintable() else _escaped(path)}" {status} '
+            f'"{method} {path if path.isprintable() else _escaped(path)}" {status or "-"} '
             f"{elapsed // 1000}us {request_id[1].decode('latin-1')}\n"
             for client, method, path, status, elapsed, request_id, _ in entries
         )

@@ -12,7 +12,7 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from routing import Interception, error_response, invalid
+from routing import STATUS, Interception, error_response, invalid
 from schemas import (
     DELAY_MAX_MS,
     INJECTABLE_STATUSES,
@@ -168,13 +168,15 @@ def _injected(fault: Fault) -> Response:
 
 
 class _Unanswered(Response):
-    """What a dropped request gets: nothing (its connection is closed already)."""
+    """What a dropped request gets: nothing (its connection is closed already). Its status is
+    None: the access log writes `-` (JSON null), the journal null, and the metrics, which
+    count requests answered, leave it out."""
 
     def __init__(self) -> None:
         self.raw_headers = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pass
+        scope[STATUS] = None
 
 
 async def _drop(scope: Scope, receive: Receive) -> None:

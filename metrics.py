@@ -112,6 +112,8 @@ class RequestCounts:
         """Add the pending durations into the counts (the scrape calls it first)."""
         pending, self.pending = self.pending, defaultdict(list)
         for (method, template, status), durations in pending.items():
+            if status is None:  # dropped (a fault rule's `drop`): not answered, not counted
+                continue
             key = (method if method in _METHODS else OTHER, template, status)
             counts = self.by_key.get(key)
             if counts is None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Route
 
 from app import Petstore, create_app
@@ -725,7 +726,8 @@ async def test_injected_answers_are_in_the_journal(plane: httpx.AsyncClient) -> 
 
 def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) -> None:
     """On the real process a drop rule closes the connection, nothing sent; the next request
-    is served, and the journal has the dropped one with status null."""
+    is served, and the journal has the dropped one with status null, the access log `-` (no
+    500 that was never sent), and the metrics, which count requests answered, leave it out."""
     server = start_server("--admin-key", ADMIN_KEY)
     with server.client() as http:
         rule = {"operation": "getPet", "drop": True, "times": 1}
@@ -741,6 +743,21 @@ def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) 
             ("/v1/pets/1", None),
             ("/v1/pets/1", 404),
         ]
+        counted = {
+            sample.labels["status"]: sample.value
+            for family in text_string_to_metric_families(http.get("/metrics").text)
+            for sample in family.samples
+            if sample.name == "petstore_http_requests_total"
+            and sample.labels["route"] == "/v1/pets/{petId}"
+        }
+        assert counted == {"404": 1}
+        dropped, answered = (entry["requestId"] for entry in entries)
+    server.wait_for_output('"GET /v1/pets/1" 404 ')
+    assert '"GET /v1/pets/1" - ' in server.stdout
+    assert [line.split()[-1] for line in server.stdout.splitlines() if "/v1/pets/1" in line] == [
+        dropped,
+        answered,
+    ]
     assert server.stop() in (0, -15)
     assert "Traceback" not in server.stderr
     assert "ASGI callable" not in server.stderr  # uvicorn did not answer for us
