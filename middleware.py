@@ -180,10 +180,28 @@ class Cors(CORSMiddleware):
         if response.status_code == 200:  # Starlette's "OK", as one of ours: it carries the id
             raw = [(name.encode(), value.encode()) for name, value in headers.items()]
             return BytesResponse(bytes(response.body), response.headers["content-type"], raw)
-        text = bytes(response.body).decode()  # "Disallowed CORS origin, method"
         return error_response(
             response.status_code,
             ErrorCode.VALIDATION_ERROR,
-            f"{text}: this preflight is refused",
+            f"{self._refused(request_headers) or bytes(response.body).decode()}: this preflight"
+            " is refused",
             headers,
         )
+
+    def _refused(self, request_headers: Headers) -> str:
+        """What Starlette's refusal ("Disallowed CORS origin, method") refused, named: the
+        origin, the method, the request headers not allowed ("" if none of them)."""
+        origin = request_headers.get("origin", "")
+        method = request_headers.get("access-control-request-method", "")
+        asked = request_headers.get("access-control-request-headers")
+        refused = []
+        if not self.is_allowed_origin(origin):
+            refused.append(f"origin {origin!r}")
+        if method not in self.allow_methods:
+            refused.append(f"method {method!r}")
+        if asked is not None:
+            names = [name.strip() for name in asked.split(",")]
+            others = [name for name in names if name.lower() not in self.allow_headers]
+            if others:
+                refused.append(f"headers {', '.join(map(repr, others))}")
+        return f"Disallowed CORS {', '.join(refused)}" if refused else ""
