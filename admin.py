@@ -10,7 +10,14 @@ from starlette.types import Receive, Scope
 
 from faults import CLOSE_EXTENSION, Faults, check_rule
 from journal import Journal
-from openapi import components, error, json_content, string_header, unauthorized_response
+from openapi import (
+    components,
+    error,
+    json_content,
+    string_header,
+    unauthorized_response,
+    with_request_ids,
+)
 from parsing import decode_fault_rule, integer, query, read_body, require_json
 from routing import Endpoint, JSONResponse, NoContent, Refused, invalid
 from schemas import (
@@ -208,7 +215,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
                 ErrorCode.VALIDATION_ERROR,
             ),
             "413": error("The body is over the size limit", ErrorCode.PAYLOAD_TOO_LARGE),
-            "415": error("The body is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+            "415": error("The Content-Type is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
         },
     )
     add_fault["requestBody"] = {"required": True, "content": json_content(new_rule_ref)}
@@ -226,7 +233,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
             "schema": {"type": "integer", "minimum": 1},
         }
     ]
-    return {
+    document = {
         "openapi": "3.1.0",
         "info": {
             "title": "Petstore test-control plane",
@@ -287,3 +294,4 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
             },
         },
     }
+    return with_request_ids(document)

@@ -60,6 +60,27 @@ def string_header(description: str, **schema: Any) -> dict[str, Any]:
     return {"description": description, "schema": {"type": "string", **schema}}
 
 
+def with_request_ids(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with X-Request-Id among the headers of every response of every operation,
+    as every response carries it (CONTRACT.md, Observability)."""
+    document["components"]["headers"]["X-Request-Id"] = {
+        **string_header(
+            "The request's own X-Request-Id when it sent 1 to 128 visible ASCII characters, "
+            "else one the service made; the access log and the journal record it"
+        ),
+        "required": True,
+    }
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            for status, response in operation["responses"].items():
+                headers = {
+                    **response.get("headers", {}),
+                    "X-Request-Id": header_ref("X-Request-Id"),
+                }
+                operation["responses"][status] = {**response, "headers": headers}
+    return document
+
+
 def unauthorized_response(key_name: str) -> Any:
     return error(
         f"The {key_name} is missing or not accepted",
@@ -77,6 +98,9 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
     unauthorized = unauthorized_response("API key")
     internal = error("Unexpected failure; the log has the details", ErrorCode.INTERNAL_ERROR)
     validation = error("A parameter holds an invalid value", ErrorCode.VALIDATION_ERROR)
+    unreadable = error(
+        "The store can't be read (the database is unavailable)", ErrorCode.STORAGE_UNAVAILABLE
+    )
     deprecation_headers = {
         "Deprecation": header_ref("Deprecation"),
         "Sunset": header_ref("Sunset"),
@@ -130,6 +154,7 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             "400": validation,
             "401": unauthorized,
             "500": internal,
+            "503": unreadable,
         },
     }
     create_pet = {
@@ -176,7 +201,7 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             ),
             "401": unauthorized,
             "413": error("The body is over the size limit", ErrorCode.PAYLOAD_TOO_LARGE),
-            "415": error("The body is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+            "415": error("The Content-Type is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
             "500": internal,
             "503": error("The store can't take writes", ErrorCode.STORAGE_UNAVAILABLE),
         },
@@ -202,10 +227,11 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             "401": deprecated(unauthorized),
             "404": deprecated(error("No animal has this id", ErrorCode.NOT_FOUND)),
             "500": deprecated(internal),
+            "503": deprecated(unreadable),
         },
     }
 
-    return {
+    document = {
         "openapi": "3.1.0",
         "info": {
             "title": "Petstore",
@@ -257,3 +283,4 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             },
         },
     }
+    return with_request_ids(document)

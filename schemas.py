@@ -72,13 +72,16 @@ class CategoryId(int):
     """
 
 
-Name = Annotated[str, msgspec.Meta(min_length=1, description="The animal's name")]
+# The examples are what /docs fills a request in with: without them Swagger UI wrote the
+# minimum, -9223372036854775808, which JavaScript rounds out of int64 (a 400 at first try).
+Name = Annotated[str, msgspec.Meta(min_length=1, description="The animal's name", examples=["Rex"])]
 StoredCategoryId = Annotated[
     int,
     msgspec.Meta(
         ge=INT64_MIN,
         le=INT64_MAX,
         description="Id of the category the animal belongs to",
+        examples=[1],
         extra_json_schema={"format": "int64"},
     ),
 ]
@@ -228,6 +231,7 @@ def schema_hook(type_: type) -> dict[str, Any]:
             "minimum": INT64_MIN,
             "maximum": INT64_MAX,
             "description": "Id of the category the animal belongs to",
+            "examples": [1],
         }
     raise NotImplementedError(type_)
 

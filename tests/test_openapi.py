@@ -13,6 +13,7 @@ import httpx
 import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
+from admin import admin_openapi_document
 from app import Petstore, create_app
 from settings import Settings
 from store import MemoryStore
@@ -191,9 +192,10 @@ async def test_error_schema_lists_exactly_the_contract_s_codes(document: dict[st
 @pytest.mark.parametrize(
     ("operation_id", "statuses"),
     [
-        ("listPets", {"200", "400", "401"}),
+        # 503: the database store's outage, for reads too (CONTRACT.md, Several replicas)
+        ("listPets", {"200", "400", "401", "503"}),
         ("createPet", {"201", "400", "401", "409", "413", "415", "422", "503"}),
-        ("getPet", {"200", "400", "401", "404"}),
+        ("getPet", {"200", "400", "401", "404", "503"}),
     ],
 )
 async def test_operation_lists_every_status_the_contract_names(
@@ -316,6 +318,23 @@ async def test_response_documents_the_contract_headers(
     response = operation(document, operation_id)["responses"][status]
     documented = response_headers(document, response)
     assert {name: documented.get(name) for name in headers} == headers
+
+
+@pytest.mark.anyio
+async def test_every_response_of_both_documents_has_a_request_id(
+    document: dict[str, Any],
+) -> None:
+    """Every response carries X-Request-Id (CONTRACT.md, Observability): each response of each
+    operation says so, in the API's document and the control plane's."""
+    for described in (document, admin_openapi_document()):
+        missing = [
+            f"{operation_['operationId']} {status}"
+            for operations in described["paths"].values()
+            for operation_ in operations.values()
+            for status, response in operation_["responses"].items()
+            if response_headers(described, response).get("X-Request-Id") is not True
+        ]
+        assert missing == []
 
 
 @pytest.mark.anyio
