@@ -15,7 +15,7 @@ import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from journal import Journal, redact, rfc3339
-from metrics import RequestCounts
+from metrics import OTHER, RequestCounts
 from routing import REQUEST_ID_HEADER, STATUS, internal_error
 
 logger = logging.getLogger("petstore")
@@ -100,10 +100,24 @@ class AccessLog:
         self.made_ids = zip(itertools.repeat(_ID_HEADER_NAME), ids, strict=False)
         return next(self.made_ids)
 
-    def new_id(self) -> bytes:
-        """One of the ids this process makes, for an answer that never passes through this
-        layer: the server's own 400 to a request it can't parse (server.StallGuard)."""
-        return (next(self.made_ids, None) or self.more_ids())[1]
+    def refused(
+        self, client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int
+    ) -> bytes:
+        """Note a request the server answered itself, never passing through this layer: a 400
+        to bytes it can't parse (server.StallGuard). Its line has `-` for the method and the
+        path, the metrics count it as method and route `other`; its id is the client's (given
+        when usable) or one made now, and is returned."""
+        header = (
+            (_ID_HEADER_NAME, request_id)
+            if request_id is not None
+            else next(self.made_ids, None) or self.more_ids()
+        )
+        if self.counts is not None:
+            self.counts.pending[OTHER, OTHER, 400].append(elapsed_ns)
+        if self.stream:
+            started = time.perf_counter_ns() - elapsed_ns
+            self.entries.append((client, "-", "-", 400, elapsed_ns, header, started))
+        return header[1]
 
     # One function on purpose: each helper it called was a Python call more for every request.
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

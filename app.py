@@ -370,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # The stack itself: Petstore's own call is one await more a request.
     try:
-        serve(app.app, settings, on_exit=app.health.stop, new_request_id=app.access_log.new_id)
+        serve(app.app, settings, on_exit=app.health.stop, refused=app.access_log.refused)
     except KeyboardInterrupt:  # Ctrl-C, after the same graceful stop as SIGTERM's
         return 130  # the shell's code for a SIGINT, without uvicorn's re-raised traceback
     return 0

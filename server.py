@@ -98,11 +98,11 @@ class StallGuard(HttpToolsProtocol):
     offers_close = False  # the test-control plane's `drop`: scope["extensions"][CLOSE_EXTENSION]
 
     @staticmethod
-    def new_request_id() -> bytes:
-        """The id of a 400 this protocol answers itself. serve() hands in AccessLog's maker, so
-        that it is one of the process's ids; this one serves `uvicorn app:app --http
-        app:StallGuard`."""
-        return secrets.token_hex(8).encode()
+    def refused(client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int) -> bytes:
+        """Note a 400 this protocol answers itself; the id it carries (the client's, or a made
+        one). serve() hands in AccessLog.refused, which writes its line, counts it and makes
+        one of the process's ids; this one serves `uvicorn app:app --http app:StallGuard`."""
+        return request_id or secrets.token_hex(8).encode()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -143,6 +143,7 @@ class StallGuard(HttpToolsProtocol):
             if name == b"x-request-id" and REQUEST_ID.fullmatch(sent):
                 request_id = sent
                 break
+        elapsed_ns = int((self.loop.time() - self._began) * 1e9)
         message = f"{msg.removesuffix('.')}; the connection is closed"
         body = encoder.encode(Error(code=ErrorCode.VALIDATION_ERROR, message=message, status=400))
         head = [
@@ -150,7 +151,7 @@ class StallGuard(HttpToolsProtocol):
             *(b"%s: %s\r\n" % header for header in self.server_state.default_headers),
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
-            b"x-request-id: %s\r\n" % (request_id or self.new_request_id()),
+            b"x-request-id: %s\r\n" % self.refused(self.client, request_id, elapsed_ns),
             b"connection: close\r\n\r\n",
         ]
         self._refusal = b"".join(head) + body
@@ -239,13 +240,16 @@ class StallGuard(HttpToolsProtocol):
         self._timer = self.loop.call_at((since or now) + self.client_timeout, self._check)
 
 
-def _guard(
-    timeout: float, offers_close: bool, new_request_id: Callable[[], bytes]
-) -> type[StallGuard]:
+# What notes a 400 the server answers itself: client, the client's usable request id or None,
+# nanoseconds since the request began; returns the id the answer carries.
+Refused = Callable[[tuple[str, int] | None, bytes | None, int], bytes]
+
+
+def _guard(timeout: float, offers_close: bool, refused: Refused) -> type[StallGuard]:
     attributes = {
         "client_timeout": timeout,
         "offers_close": offers_close,
-        "new_request_id": staticmethod(new_request_id),
+        "refused": staticmethod(refused),
     }
     return type("StallGuard", (StallGuard,), attributes)
 
@@ -276,10 +280,10 @@ def serve(
     app: ASGIApp,
     settings: Settings,
     on_exit: Callable[[], None],
-    new_request_id: Callable[[], bytes] = StallGuard.new_request_id,
+    refused: Refused = StallGuard.refused,
 ) -> None:
     """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
-    `new_request_id` makes the id of the server's own 400s (AccessLog.new_id)."""
+    `refused` notes each of the server's own 400s and gives its id (AccessLog.refused)."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -287,7 +291,7 @@ def serve(
         log_level=settings.log_level,
         access_log=False,  # ours is cheaper and keeps the duration
         log_config=logging_config(settings),  # so uvicorn installs no text handlers of its own
-        http=_guard(settings.client_timeout, bool(settings.admin_keys), new_request_id),
+        http=_guard(settings.client_timeout, bool(settings.admin_keys), refused),
         lifespan="on",
         timeout_graceful_shutdown=5,
         server_header=False,

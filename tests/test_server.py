@@ -509,7 +509,7 @@ def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
 
     async def exchange() -> list[object]:
         config = uvicorn.Config(
-            app, port=0, http=_guard(10.0, False, app.access_log.new_id), lifespan="off"
+            app, port=0, http=_guard(10.0, False, app.access_log.refused), lifespan="off"
         )
         serving = uvicorn.Server(config)
         listener = socket.create_server(("127.0.0.1", 0))  # listening: connect at once
@@ -624,7 +624,8 @@ def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
 ) -> None:
     """What uvicorn can't parse is answered as every bad input is: a 400 Error body, with the
     client's X-Request-Id when it came before the fault, else one of the process's own ids;
-    then the connection is closed."""
+    then the connection is closed. The access log has its line (`-` for what the parser never
+    gave: the method and the path) and the metrics count it, method and route `other`."""
     server = start_server()
     with server.client() as http:
         before = http.get("/healthz").headers["x-request-id"]
@@ -643,6 +644,13 @@ def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
     else:  # the next of the ids the access log makes: same prefix, the counter one on
         prefix, _, number = before.partition("-")
         assert headers["x-request-id"] == f"{prefix}-{int(number, 16) + 1:x}"
+    output = server.wait_for_output('"- -" 400 ')
+    (line,) = (line for line in output.splitlines() if '"- -"' in line)
+    assert re.fullmatch(rf'127\.0\.0\.1 "- -" 400 \d+us {re.escape(headers["x-request-id"])}', line)
+    with server.client() as http:
+        exposition = http.get("/metrics").text
+    counted = 'petstore_http_requests_total{method="other",route="other",status="400"} 1.0'
+    assert counted in exposition.splitlines()
 
 
 def test_a_request_head_past_the_limit_is_refused(start_server: ServerFactory) -> None:
