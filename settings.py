@@ -176,7 +176,9 @@ def _read_key_file(path: str, name: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as file:
             keys = [line.strip() for line in file if line.strip()]
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
+        raise SettingsError(f"{name}: cannot read {path!r}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
         raise SettingsError(f"{name}: cannot read {path!r}: {error}") from None
     if not keys:
         raise SettingsError(f"{name}: {path!r} holds no key")
@@ -198,7 +200,10 @@ def _api_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[st
     """Keys from --api-key (else PETSTORE_API_KEYS) plus the key file's; checked, never shown."""
     keys = _listed(flags.api_key, "--api-key", environ, "PETSTORE_API_KEYS")
     file_source = "--api-key-file" if flags.api_key_file is not None else "PETSTORE_API_KEYS_FILE"
-    if path := flags.api_key_file or environ.get("PETSTORE_API_KEYS_FILE"):
+    path = flags.api_key_file
+    if path is None:
+        path = environ.get("PETSTORE_API_KEYS_FILE")
+    if path is not None:  # an empty one too: it names no file (a refusal, not no setting)
         keys += [(key, file_source) for key in _read_key_file(path, file_source)]
     return _tokens(keys)
 
