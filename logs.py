@@ -1,12 +1,16 @@
 """The logs: one logging configuration for the service and uvicorn (text or JSON lines), the
-filter that keeps every secret out of them, and the access log's stream."""
+filter that keeps every secret out of them, and the streams they go to (Outlet: written by a
+thread, so that a reader who stops reading never stops the service)."""
 
 from __future__ import annotations
 
+import atexit
 import copy
 import logging
 import logging.config
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
@@ -16,6 +20,8 @@ from uvicorn.config import LOG_LEVELS
 
 from journal import redact, rfc3339
 from settings import Settings
+
+logger = logging.getLogger("petstore")
 
 
 class Redact(logging.Filter):
@@ -67,6 +73,106 @@ class JsonFormatter(logging.Formatter):
 _log_line_encoder: Final = msgspec.json.Encoder()
 
 
+class Outlet:
+    """A text stream whose writes never wait for its reader: each goes into a queue that a
+    thread of its own writes out (and flushes) as fast as the reader takes it. Written
+    directly, a reader that stopped reading (a harness that read the ready line and no more:
+    a pipe holds 64 KiB) blocked the event loop in its next write, and the service stopped
+    answering, SIGTERM included. Past `limit` characters waiting, text is dropped and counted;
+    a warning says how many lines once the reader reads again. A failed write (the reader is
+    gone) is raised by the next `write`, when `raise_errors` (the access log stops then); else
+    everything after it is dropped. At exit it waits a little for what is queued."""
+
+    def __init__(self, stream: TextIO, name: str, *, raise_errors: bool = False) -> None:
+        self.stream = stream
+        self.name = name
+        self.raise_errors = raise_errors
+        self.limit = OUTLET_LIMIT
+        self._queued: list[str] = []
+        self._size = 0  # characters queued
+        self._dropped = 0  # lines dropped since the last warning
+        self._writing = False
+        self._error: Exception | None = None
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=f"petstore-{name}", daemon=True)
+        self._thread.start()
+        _outlets.append(self)
+
+    def write(self, text: str) -> int:
+        with self._changed:
+            if self._error is not None:
+                if self.raise_errors:
+                    raise self._error
+            elif self._size + len(text) > self.limit:
+                self._dropped += text.count("\n") or 1
+            else:
+                self._queued.append(text)
+                self._size += len(text)
+                self._changed.notify()
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: the thread writes and flushes each time as soon as it can."""
+
+    def wait(self, seconds: float) -> bool:
+        """Wait until all that is queued is written, `seconds` at most; whether it was."""
+        deadline = time.monotonic() + seconds
+        with self._changed:
+            while (self._queued or self._writing) and self._error is None:
+                if not self._changed.wait(deadline - time.monotonic()):
+                    return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queued:
+                    self._changed.wait()
+                text, self._queued, self._size = "".join(self._queued), [], 0
+                dropped, self._dropped = self._dropped, 0
+                self._writing = True
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError) as error:  # the reader is gone, or the stream closed
+                with self._changed:
+                    self._error, self._writing = error, False
+                    self._changed.notify_all()
+                return
+            with self._changed:
+                self._writing = False
+                self._changed.notify_all()
+            if dropped:
+                logger.warning("%s: %d lines dropped while it was not read", self.name, dropped)
+
+
+# How much text an Outlet keeps waiting for its reader (about two seconds of access-log lines
+# at 30,000 requests a second), and how long the process waits at exit for it to be written.
+OUTLET_LIMIT: Final = 4 << 20
+EXIT_WAIT_SECONDS: Final = 2.0
+_outlets: list[Outlet] = []
+_handler_outlets: dict[int, Outlet] = {}
+
+
+def unblocked_handler(stream: TextIO) -> logging.StreamHandler[Outlet]:
+    """A StreamHandler that writes to `stream` through an Outlet (one per stream, kept: the
+    logging configuration is applied twice, by us and by uvicorn)."""
+    outlet = _handler_outlets.get(id(stream))
+    if outlet is None:
+        name = getattr(stream, "name", "a log stream")
+        outlet = _handler_outlets[id(stream)] = Outlet(stream, name)
+    return logging.StreamHandler(outlet)
+
+
+@atexit.register
+def wait_for_outlets(seconds: float = EXIT_WAIT_SECONDS) -> None:
+    """Let every Outlet write what it holds, `seconds` at most in all: at exit, and before
+    uvicorn raises SIGTERM again (server.py), which ends the process at once."""
+    deadline = time.monotonic() + seconds
+    for outlet in _outlets:
+        outlet.wait(deadline - time.monotonic())
+
+
 def logging_config(settings: Settings) -> dict[str, Any]:
     """The one logging configuration (logging.config.dictConfig's) of the service's logger and
     uvicorn's, all on stderr. text: uvicorn's own set-up, and ours beside it, as they always
@@ -85,6 +191,8 @@ def logging_config(settings: Settings) -> dict[str, Any]:
         config["filters"] = {"redact": redact}
         for handler in config["handlers"].values():
             handler["filters"] = ["redact"]
+            handler["()"] = unblocked_handler
+            del handler["class"]
         config["loggers"]["petstore"] = {"handlers": ["petstore"], **ours}
         return config
     uvicorn_loggers = {"handlers": ["json"], "propagate": False}
@@ -95,7 +203,7 @@ def logging_config(settings: Settings) -> dict[str, Any]:
         "filters": {"redact": redact},
         "handlers": {
             "json": {
-                "class": "logging.StreamHandler",
+                "()": unblocked_handler,
                 "formatter": "json",
                 "stream": "ext://sys.stderr",
                 "filters": ["redact"],
@@ -130,8 +238,9 @@ def access_log_stream(settings: Settings) -> TextIO | None:
     if settings.log_level not in ("info", "debug", "trace"):
         return None
     # A buffer of its own on stdout: PYTHONUNBUFFERED (set in many images) would otherwise
-    # turn every line into a write(2). The app's lifespan flushes it every 50 ms (app.LOG_EVERY).
-    return open(
+    # turn every line into a write(2). The Outlet's thread writes and flushes each chunk of
+    # lines (256, every 50 ms: app.LOG_EVERY) as the reader takes them.
+    stdout = open(  # noqa: SIM115 - the Outlet's, for the life of the process
         sys.stdout.fileno(),
         "w",
         buffering=1 << 16,
@@ -139,3 +248,5 @@ def access_log_stream(settings: Settings) -> TextIO | None:
         errors="backslashreplace",
         closefd=False,
     )
+    outlet = Outlet(stdout, "the access log (stdout)", raise_errors=True)
+    return outlet  # type: ignore[return-value] # it writes and flushes as a TextIO does

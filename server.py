@@ -4,12 +4,13 @@ the ready line, readiness off at shutdown, and `healthcheck` (the logs: logs.py)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import logging
 import secrets
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import httptools
@@ -21,7 +22,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from accesslog import REQUEST_ID
 from faults import CLOSE_EXTENSION
 from head import QuickHead
-from logs import logging_config
+from logs import logging_config, wait_for_outlets
 from schemas import Error, ErrorCode, encoder
 from settings import Settings
 
@@ -274,6 +275,14 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.on_exit()
         super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, but the logs' last lines are written (their Outlets' threads) before it
+        raises the signal it caught again, which ends the process at once."""
+        with super().capture_signals():
+            yield
+            wait_for_outlets()
 
 
 def serve(

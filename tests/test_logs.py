@@ -10,7 +10,9 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 
 from app import Petstore, create_app
 from journal import rfc3339
-from logs import JsonFormatter, Redact
+from logs import JsonFormatter, Outlet, Redact
 from settings import Settings
 from store import MemoryStore
 from tests.conftest import (
@@ -32,6 +34,7 @@ from tests.conftest import (
     ServerFactory,
     bearer,
     child_of,
+    environment,
     free_port,
     serving,
     wait_until,
@@ -411,3 +414,65 @@ async def test_a_path_can_t_write_a_line_of_its_own(
         f"404 {lines[0].split()[-2]} forger",
         f'127.0.0.1 "GET /v1/pets/café" 400 {lines[1].split()[-2]} printable',
     ]
+
+
+def test_a_reader_that_stops_reading_never_stops_the_service() -> None:
+    """The README's fixture: a harness reads the ready line from a pipe and never reads again.
+    With stdout (the access log) and stderr (uvicorn's trace lines) both full, every request is
+    still answered and SIGTERM still ends the process: the logs wait in their Outlets, then drop
+    what passes their limit. Writing them directly, the first full pipe had stopped the event
+    loop: no answer, not even /healthz, and SIGTERM unheard."""
+    process = subprocess.Popen(
+        [sys.executable, "app.py", "--port", "0", "--api-key", KEY, "--log-level", "trace"],
+        cwd=ROOT,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        base_url = process.stdout.readline().decode().split("ready at ")[1].strip()
+        with httpx.Client(base_url=base_url, headers=bearer(KEY), timeout=5) as http:
+            long_id = {"X-Request-Id": "i" * 128}  # 128 + 60 bytes of access line each
+            statuses = {http.get("/pets/1", headers=long_id).status_code for _ in range(1500)}
+            assert statuses == {404}
+            assert http.get(base_url.removesuffix("/v1") + "/healthz").status_code == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) in (0, -15)
+    finally:
+        process.kill()
+        process.communicate()
+
+
+class _StalledReader(io.StringIO):
+    """A stream whose reader takes nothing until `go` is set: its first write waits for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.go.wait(10)
+        return super().write(text)
+
+
+def test_an_outlet_drops_past_its_limit_and_says_how_much(caplog: pytest.LogCaptureFixture) -> None:
+    """Writes never wait for the reader; past the limit, lines are dropped and counted, and
+    once the reader reads again a warning says how many; what was queued is all written."""
+    petstore = logging.getLogger("petstore")  # another test's configuration may not propagate
+    petstore.addHandler(caplog.handler)
+    stream = _StalledReader()
+    outlet = Outlet(stream, "a test stream")
+    outlet.limit = 100
+    outlet.write("first\n")  # taken by the thread, which waits in the stream's write
+    wait_until(lambda: outlet._writing, "the thread writing")
+    for number in range(30):  # 8 characters each: 12 queued, 18 dropped
+        outlet.write(f"line {number:02}\n")
+    stream.go.set()
+    assert outlet.wait(10)
+    assert stream.getvalue() == "first\n" + "".join(f"line {n:02}\n" for n in range(12))
+    try:
+        wait_until(lambda: "dropped" in caplog.text, "the warning")
+    finally:
+        petstore.removeHandler(caplog.handler)
+    assert "a test stream: 18 lines dropped while it was not read" in caplog.text
