@@ -89,11 +89,11 @@ class Faults:
     ) -> Awaitable[Interception] | None:
         """None for a request without a fault (most requests, decided without an await), else
         the wait and the Interception. `operations`: the operation of each method here."""
-        fault = None
+        prefer = None
         for name, value in scope["headers"]:  # parsing.header inline: this runs for every request
-            if name == b"prefer":
-                fault = preferred_fault(value.decode("latin-1"))
-                break
+            if name == b"prefer":  # several Prefer headers are one list (RFC 7240, 2)
+                prefer = value if prefer is None else b"%s,%s" % (prefer, value)
+        fault = None if prefer is None else preferred_fault(prefer.decode("latin-1"))
         if fault is None:
             if not self.rules:
                 return None
@@ -137,18 +137,23 @@ class Faults:
 
 def preferred_fault(prefer: str) -> Fault | None:
     """The fault a `Prefer` header asks for (RFC 7240): `code=` one of the injectable statuses,
-    `delay=` milliseconds within bounds; anything else in it is ignored."""
+    `delay=` milliseconds within bounds; anything else in it is ignored, and so is a preference
+    given again (only its first instance counts, RFC 7240, 2)."""
     status, delay_ms, applied = None, 0, []
+    seen = set()
     for preference in prefer.split(","):
         name, _, value = preference.split(";")[0].strip().partition("=")
-        value = value.strip().strip('"')
+        name, value = name.strip().lower(), value.strip().strip('"')
+        if name in seen:
+            continue
+        seen.add(name)
         # Past 9 digits a number is out of every bound (and int() refuses 4,300 digits).
         if not value.isascii() or not value.isdigit() or len(value.lstrip("0")) > 9:
             continue
-        if name.strip().lower() == "code" and int(value) in INJECTABLE_STATUSES and not status:
+        if name == "code" and int(value) in INJECTABLE_STATUSES:
             status = int(value)
             applied.append(f"code={status}")
-        elif name.strip().lower() == "delay" and int(value) <= DELAY_MAX_MS and not delay_ms:
+        elif name == "delay" and int(value) <= DELAY_MAX_MS:
             delay_ms = int(value)
             applied.append(f"delay={delay_ms}")
     if not applied:
@@ -169,8 +174,7 @@ def _injected(fault: Fault) -> Response:
 
 class _Unanswered(Response):
     """What a dropped request gets: nothing (its connection is closed already). Its status is
-    None: the access log writes `-` (JSON null), the journal null, and the metrics, which
-    count requests answered, leave it out."""
+    None: the access log writes `-` (JSON null), the journal null, the metrics `dropped`."""
 
     def __init__(self) -> None:
         self.raw_headers = []

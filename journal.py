@@ -5,9 +5,10 @@ from __future__ import annotations
 import collections
 import datetime
 import functools
+import re
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, NamedTuple
 
 import msgspec
@@ -29,8 +30,8 @@ class Recorded(NamedTuple):
     duration_ns: int
     path: str  # without the root path
     status: int | None  # None: no answer (the connection was dropped)
-    # createPet's (the one body read under /v1), cut to JOURNAL_BODY_LIMIT + 1 bytes (one
-    # more: truncated); None when none was read (a 401, an injected status).
+    # createPet's (the one body read under /v1), cut to Journal.body_kept bytes (more than
+    # JOURNAL_BODY_LIMIT: truncated); None when none was read (a 401, an injected status).
     body: bytes | None
     method: str
     query: bytes
@@ -73,6 +74,11 @@ class Journal:
         # it into the wall clock when they are read.
         self.wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
         self.secrets = tuple(secret for secret in secrets if secret)
+        # A body is kept this far past the limit, so that a key that straddles the cut is
+        # found whole (and redacted) before the cut is made.
+        self.body_kept = JOURNAL_BODY_LIMIT + max(
+            (len(s.encode()) for s in self.secrets), default=1
+        )
 
     @property
     def dropped(self) -> int:
@@ -100,7 +106,7 @@ class Journal:
             return
         body = None
         if BODY in scope:  # one chunk: joined and cut without a copy
-            body = b"".join(scope[BODY])[: JOURNAL_BODY_LIMIT + 1]
+            body = b"".join(scope[BODY])[: self.body_kept]
         self.recorded += 1
         packed = _pack(
             (
@@ -150,38 +156,47 @@ class Journal:
     def _redact(self, text: str) -> str:
         return redact(text, self.secrets)
 
-    def _redact_query(self, query: str) -> str:
-        """The query as sent, or decoded when a key hides in its percent-encoding (the service
-        reads it decoded): redacted either way."""
-        query = self._redact(query)
-        decoded = urllib.parse.unquote_plus(query)
+    def _redact_encoded(self, text: str, decode: Callable[[str], str]) -> str:
+        """The text as sent, or decoded when a key hides in its encoding (a query's or a
+        header's percent-encoding, a body's JSON escapes): redacted either way."""
+        text = self._redact(text)
+        decoded = decode(text)
         redacted = self._redact(decoded)
-        return redacted if redacted != decoded else query
+        return redacted if redacted != decoded else text
+
+    def _redact_name(self, name: str) -> str:
+        """A header's name, which the server lower-cases, with any key in it redacted."""
+        for secret in self.secrets:
+            if secret.lower() in name:
+                name = name.replace(secret.lower(), REDACTED)
+        return name
 
     def _entry(self, recorded: Recorded) -> JournalEntry:
         headers: dict[str, str] = {}
         for name, value in recorded.headers:
             if name in _UNRECORDED_HEADERS:
                 continue
-            key = self._redact(name.decode("latin-1"))  # a key sent as a header's name too
-            text = self._redact(value.decode("latin-1"))
+            key = self._redact_name(name.decode("latin-1"))  # a key sent as a header's name
+            text = self._redact_encoded(value.decode("latin-1"), urllib.parse.unquote)
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        query = recorded.query.decode("latin-1")
         entry = JournalEntry(
             seq=recorded.seq,
             time=rfc3339(recorded.started_ns + self.wall_minus_monotonic_ns),
-            method=recorded.method,
+            method=self._redact(recorded.method),
             path=self._redact(recorded.path),
-            query=self._redact_query(recorded.query.decode("latin-1")),
+            query=self._redact_encoded(query, urllib.parse.unquote_plus),
             status=recorded.status,
             durationMs=round(recorded.duration_ns / 1e6, 3),
             requestId=self._redact(recorded.request_id.decode("latin-1")),
             headers=headers,
         )
-        if recorded.body is not None:
-            kept = recorded.body[:JOURNAL_BODY_LIMIT]
-            entry.body = self._redact(kept.decode("utf-8", errors="replace"))
+        if recorded.body is not None:  # redacted whole as kept, then cut (no key's head left)
+            body = self._redact_encoded(recorded.body.decode("utf-8", errors="replace"), _unescaped)
             if len(recorded.body) > JOURNAL_BODY_LIMIT:
+                body = body.encode()[:JOURNAL_BODY_LIMIT].decode("utf-8", errors="ignore")
                 entry.bodyTruncated = True
+            entry.body = body
         return entry
 
 
@@ -197,6 +212,20 @@ def rfc3339(time_ns: int) -> str:
 def _to_the_second(seconds: int) -> str:
     moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+# A JSON string's escapes: \u0041 and \/ and the rest (a key can hide in them in a body).
+_JSON_ESCAPE: Final = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
+_ESCAPED: Final = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescaped(text: str) -> str:
+    """`text` with JSON's escapes replaced by what they stand for."""
+    if "\\" not in text:
+        return text
+    return _JSON_ESCAPE.sub(
+        lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2]), text
+    )
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -44,6 +44,7 @@ BOUNDS: Final = (
 # The label value of a path no route takes, and of a method outside HTTP's own: a client can't
 # make a label grow (httptools knows a fixed list of methods, h11 takes any token).
 OTHER: Final = "other"
+DROPPED: Final = "dropped"  # the status label of a request a fault rule dropped
 _METHODS: Final = frozenset(
     ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 )
@@ -98,7 +99,7 @@ class RequestCounts:
 
     def __init__(self, route_of: Callable[[Scope], str | None]) -> None:
         self.route_of = route_of
-        self.by_key: dict[tuple[str, str, int], list[int]] = {}
+        self.by_key: dict[tuple[str, str, int | str], list[int]] = {}
         # The durations (ns) of the requests since the last fold, by (method as sent, route
         # template, status), as AccessLog notes them.
         self.pending: defaultdict[tuple[str, str, int], list[int]] = defaultdict(list)
@@ -112,9 +113,8 @@ class RequestCounts:
         """Add the pending durations into the counts (the scrape calls it first)."""
         pending, self.pending = self.pending, defaultdict(list)
         for (method, template, status), durations in pending.items():
-            if status is None:  # dropped (a fault rule's `drop`): not answered, not counted
-                continue
-            key = (method if method in _METHODS else OTHER, template, status)
+            # None: dropped by a fault rule, no answer; counted as such, as every fault is
+            key = (method if method in _METHODS else OTHER, template, status or DROPPED)
             counts = self.by_key.get(key)
             if counts is None:
                 counts = self.by_key[key] = [0] * (3 + len(BOUNDS))

@@ -46,10 +46,13 @@ class Settings:
     @property
     def secrets(self) -> tuple[str, ...]:
         """What no log line and no journal entry may show: the keys of both kinds and the
-        database's password (as the URL writes it and as it is)."""
+        database's password (as the URL writes it and as it is), longest first."""
         password = urllib.parse.urlsplit(self.database).password if self.database else None
         passwords = (password, urllib.parse.unquote(password)) if password else ()
-        return (*self.api_keys, *self.admin_keys, *passwords)
+        # Longest first: a key inside another (an API key within an admin key) would leave the
+        # rest of the longer one around its `[redacted]`.
+        secrets = {*self.api_keys, *self.admin_keys, *passwords}
+        return tuple(sorted(secrets, key=lambda secret: (-len(secret), secret)))
 
 
 class _Parser(argparse.ArgumentParser):

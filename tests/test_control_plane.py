@@ -408,6 +408,40 @@ async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) ->
     assert last["headers"]["[redacted]"] == "a key as a name"
 
 
+async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redacted() -> None:
+    """No key gets through the journal in the forms a probe found: as the method's name, JSON-
+    escaped in a body, percent-encoded in a header other than the query, as a header's name
+    (lower-cased by the server), across the body's 4096-byte cut, or inside a longer key."""
+    api_key, admin_key = "Abc123key", "xAbc123keyz"  # an API key inside the admin key
+    settings = Settings(api_keys=(api_key, "PURGE"), admin_keys=(admin_key,))
+    auth = {"Authorization": f"Bearer {api_key}"}
+    async with running(plane_app(settings)) as plane:
+        await plane.request("PURGE", "/v1/pets", headers=auth)
+        escaped = '{"name": "\\u0041bc123key", "categoryId": 1}'
+        await plane.post(
+            "/v1/pets",
+            content=escaped,
+            headers={**auth, "Content-Type": "application/json", "X-Abc123key": "a name"},
+        )
+        await plane.get(f"/v1/pets?q={admin_key}", headers={**auth, "Referer": "/?k=%41bc123key"})
+        cut = '{"name":"' + "n" * (4090 - 9) + api_key + '", "categoryId": 1}'
+        await plane.post(
+            "/v1/pets", content=cut, headers={**auth, "Content-Type": "application/json"}
+        )
+        admin = {"Authorization": f"Bearer {admin_key}"}
+        response = await plane.get("/_admin/requests", headers=admin)
+    text = response.text
+    for hidden in (api_key, api_key.lower(), "PURGE", "0041bc123key", "%41bc123key", "Abc123"):
+        assert hidden not in text, hidden
+    purge, created, listed, long_one = response.json()["requests"]
+    assert purge["method"] == "[redacted]"
+    assert created["body"] == '{"name": "[redacted]", "categoryId": 1}'  # given out unescaped
+    assert created["headers"]["x-[redacted]"] == "a name"
+    assert (listed["query"], listed["headers"]["referer"]) == ("q=[redacted]", "/?k=[redacted]")
+    assert long_one["body"] == cut[:4090] + "[redac"  # cut after it was redacted
+    assert long_one["bodyTruncated"] is True
+
+
 async def test_journal_memory_is_bounded() -> None:
     """1,000 entries with 4 KiB bodies (and scopes as uvicorn makes them) take a few
     megabytes, and the ring never holds more than its size."""
@@ -688,6 +722,23 @@ async def test_prefer_both_and_the_rest_ignored(plane: httpx.AsyncClient) -> Non
     assert response.headers["preference-applied"] == "delay=10, code=502"
 
 
+async def test_prefer_headers_are_one_list_whose_first_instances_count(
+    plane: httpx.AsyncClient,
+) -> None:
+    """Two Prefer headers are one list; a preference given again counts only in its first
+    instance (RFC 7240, 2): `delay=0, delay=100` waits nothing, and applies `delay=0` alone."""
+    response = await plane.get(
+        "/v1/pets", headers=[*AUTH.items(), ("Prefer", "return=minimal"), ("Prefer", "code=503")]
+    )
+    assert_error(response, 503, "injected_fault")
+    assert response.headers["preference-applied"] == "code=503"
+    again = await plane.get(
+        "/v1/pets", headers={**AUTH, "Prefer": "delay=0, delay=30000, code=404, code=502"}
+    )
+    assert again.status_code == 200  # code=404 came first: not injectable, and ignored
+    assert again.headers["preference-applied"] == "delay=0"
+
+
 @pytest.mark.parametrize(
     "prefer",
     [
@@ -727,7 +778,7 @@ async def test_injected_answers_are_in_the_journal(plane: httpx.AsyncClient) -> 
 def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) -> None:
     """On the real process a drop rule closes the connection, nothing sent; the next request
     is served, and the journal has the dropped one with status null, the access log `-` (no
-    500 that was never sent), and the metrics, which count requests answered, leave it out."""
+    500 that was never sent), and the metrics count it with status `dropped`."""
     server = start_server("--admin-key", ADMIN_KEY)
     with server.client() as http:
         rule = {"operation": "getPet", "drop": True, "times": 1}
@@ -750,7 +801,7 @@ def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) 
             if sample.name == "petstore_http_requests_total"
             and sample.labels["route"] == "/v1/pets/{petId}"
         }
-        assert counted == {"404": 1}
+        assert counted == {"dropped": 1, "404": 1}
         dropped, answered = (entry["requestId"] for entry in entries)
     server.wait_for_output('"GET /v1/pets/1" 404 ')
     assert '"GET /v1/pets/1" - ' in server.stdout
