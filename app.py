@@ -62,7 +62,7 @@ from schemas import (
     encoder,
     seed_decoder,
 )
-from server import StallGuard, healthcheck, serve
+from server import StallGuard, bound_socket, healthcheck, serve
 from settings import Settings, SettingsError, load_settings, with_key
 from store import MemoryStore, PetStore, seed_pets
 from tables import DatabaseError
@@ -364,13 +364,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = with_key(load_settings(argv, os.environ), sys.stdout)
         configure_logging(settings)  # with the key made just now, which Redact keeps out
+        sock = bound_socket(settings)  # before the store loads: an address in use says so first
         app = build(settings)
     except SettingsError as error:
         print(f"petstore: {error}", file=sys.stderr)
         return 2
     # The stack itself: Petstore's own call is one await more a request.
     try:
-        serve(app.app, settings, on_exit=app.health.stop, refused=app.access_log.refused)
+        serve(app.app, settings, app.health.stop, app.access_log.refused, sock)
     except KeyboardInterrupt:  # Ctrl-C, after the same graceful stop as SIGTERM's
         return 130  # the shell's code for a SIGINT, without uvicorn's re-raised traceback
     return 0

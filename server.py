@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import logging
 import secrets
+import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from faults import CLOSE_EXTENSION
 from head import QuickHead
 from logs import logging_config, wait_for_outlets
 from schemas import Error, ErrorCode, encoder
-from settings import Settings
+from settings import Settings, SettingsError
 
 logger = logging.getLogger("petstore")
 
@@ -265,6 +266,8 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)  # the lifespan (the store loaded), then the listening socket
+        if self.started and sockets is not None:  # uvicorn says where only of what it bound
+            self._log_started_message(sockets)
         if self.started:
             # Before any request can be taken (nothing awaits between here and the loop), so
             # before any access-log line: a harness that started us with --port 0 reads it.
@@ -285,14 +288,45 @@ class _Server(uvicorn.Server):
             wait_for_outlets()
 
 
+def bound_socket(settings: Settings) -> socket.socket:
+    """The socket the service will listen on, bound now, before the store loads: an address
+    it can't have (a port in use, a host it doesn't have or can't resolve) stops the start
+    with one line, as a bad setting does (uvicorn loaded the store first, then wrote six lines
+    and exited 3). A host in brackets (`[::1]`, as the ready line writes it) is taken without
+    them; a name at its first address (uvicorn bound `localhost` twice, `--port 0` giving each
+    its own port); the empty host is 0.0.0.0."""
+    host = settings.host or "0.0.0.0"  # noqa: S104 - what the empty host has always meant
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as error:
+        raise SettingsError(f"cannot listen on {host}: {error.strerror or error}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's own
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        where = f"[{host}]" if ":" in host else host
+        raise SettingsError(
+            f"cannot listen on {where}:{settings.port}: {error.strerror or error}"
+        ) from None
+    return sock
+
+
 def serve(
     app: ASGIApp,
     settings: Settings,
     on_exit: Callable[[], None],
     refused: Refused = StallGuard.refused,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
-    `refused` notes each of the server's own 400s and gives its id (AccessLog.refused)."""
+    `refused` notes each of the server's own 400s and gives its id (AccessLog.refused); `sock`
+    is bound_socket()'s (else uvicorn binds the settings' address itself)."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -306,11 +340,18 @@ def serve(
         server_header=False,
         ws="none",  # the service speaks no WebSocket: an Upgrade is ignored (RFC 9110, 7.8)
     )
-    _Server(config, on_exit).run()
+    _Server(config, on_exit).run(sockets=None if sock is None else [sock])
 
 
 # Where `healthcheck` asks when the service listens on every address.
 _LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104 - maps away from them
+
+
+_HEALTHCHECK_SECONDS: Final = 2.0
+
+
+def _too_slow(signum: int, frame: Any) -> None:
+    raise TimeoutError(f"no whole answer within {_HEALTHCHECK_SECONDS:g} s")
 
 
 def healthcheck(settings: Settings) -> int:
@@ -319,7 +360,11 @@ def healthcheck(settings: Settings) -> int:
     host = _LOOPBACK.get(settings.host, settings.host)
     address = f"[{host}]" if ":" in host else host
     url = f"http://{address}:{settings.port}/healthz"
-    connection = http.client.HTTPConnection(host, settings.port, timeout=2)
+    # The alarm is the whole check's limit (with a timeout alone, each read's, an answer sent
+    # a byte at a time passed after 19 s); the timeout, longer, is there should it not ring.
+    connection = http.client.HTTPConnection(host, settings.port, timeout=_HEALTHCHECK_SECONDS + 1)
+    previous = signal.signal(signal.SIGALRM, _too_slow)
+    signal.setitimer(signal.ITIMER_REAL, _HEALTHCHECK_SECONDS)
     try:
         connection.request("GET", "/healthz")
         status = connection.getresponse().status
@@ -327,6 +372,8 @@ def healthcheck(settings: Settings) -> int:
         print(f"petstore healthcheck: {url}: {error}", file=sys.stderr)
         return 1
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
         connection.close()
     if status != 200:
         print(f"petstore healthcheck: {url} answered {status}", file=sys.stderr)

@@ -425,6 +425,39 @@ def healthcheck(port: int, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.parametrize(
+    ("host", "refusal"),
+    [
+        ("127.0.0.1", "cannot listen on 127.0.0.1:{port}: Address already in use"),
+        ("no.such.host.invalid", "cannot listen on no.such.host.invalid: "),
+        ("192.0.2.1", "cannot listen on 192.0.2.1:{port}: Cannot assign requested address"),
+    ],
+    ids=["port-in-use", "unknown-host", "address-not-ours"],
+)
+def test_an_address_the_service_cannot_have_stops_the_start_in_one_line(
+    host: str, refusal: str, tmp_path: Path
+) -> None:
+    """A port in use, a host that doesn't resolve or isn't this machine's: one line and exit
+    2, as a bad setting, before the store is loaded (the data file is not even made); uvicorn
+    alone loaded the store first, then wrote six lines and exited 3."""
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        data = tmp_path / "pets.jsonl"
+        result = subprocess.run(
+            [sys.executable, "app.py", "--host", host, "--port", str(port), "--data", str(data)],
+            env=environment({"PETSTORE_API_KEYS": KEY}),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"petstore: {refusal.format(port=port)}")
+    assert len(result.stderr.splitlines()) == 1
+    assert not data.exists()
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])  # noqa: S104 - the probe's case
 def test_healthcheck_passes_against_a_live_service(start_server: ServerFactory, host: str) -> None:
     """Exit 0 and nothing printed when /healthz answers; 0.0.0.0 probes the loopback."""
@@ -475,9 +508,35 @@ def test_healthcheck_fails_on_a_service_that_does_not_answer() -> None:
         result = healthcheck(listener.getsockname()[1])
         took = time.monotonic() - began
     assert result.returncode == 1
-    assert "timed out" in result.stderr
+    assert result.stderr.endswith("/healthz: no whole answer within 2 s\n")
     assert len(result.stderr.splitlines()) == 1
     assert 2 <= took < 10
+
+
+def test_healthcheck_fails_on_an_answer_that_trickles_in() -> None:
+    """2 s is the whole check's: a 200 sent a byte every 0.2 s (12 s in all) fails it, where
+    each read's timeout alone had let it pass after the 12 s."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-pad: %s\r\n\r\n{}" % (b"p" * 20)
+
+        def trickle() -> None:
+            connection, _ = listener.accept()
+            with connection, contextlib.suppress(OSError):
+                connection.recv(65536)
+                for byte in answer:
+                    connection.sendall(bytes([byte]))
+                    time.sleep(0.2)  # the slow server itself, not a wait for something
+
+        thread = threading.Thread(target=trickle, daemon=True)
+        thread.start()
+        result = healthcheck(port)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"petstore healthcheck: http://127.0.0.1:{port}/healthz: no whole answer within 2 s\n"
+    )
 
 
 def test_healthcheck_fails_on_an_answer_other_than_200() -> None:
