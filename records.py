@@ -18,12 +18,26 @@ class DataFileError(Exception):
 
 def split_torn_tail(data: bytes) -> int:
     """Where the whole records end. A crash mid-append leaves a line without its newline, or
-    zeros where the filesystem grew the file before the data landed; both are dropped."""
+    zeros where the filesystem grew the file before the data landed; both are dropped.
+
+    The zeros may be followed by whole lines: a group commit's write spans blocks, and after a
+    power cut one block may have landed and the one before it not. So zeros that run to a
+    block's end (or the file's) start the torn tail, whatever follows them: no fdatasync
+    completed after that write (it would have written them), so none of it was acknowledged.
+    Zeros ending elsewhere are damage, as any other (msgspec writes NUL as \\u0000)."""
     end = data.rfind(b"\n") + 1
     last_line_start = data.rfind(b"\n", 0, end - 1) + 1
+    zero = data.find(b"\0")
+    if zero >= 0 and zero < last_line_start:
+        after = len(data) - len(data[zero:].lstrip(b"\0"))  # where the zeros end
+        if after == len(data) or after % _BLOCK == 0:
+            return data.rfind(b"\n", 0, zero) + 1
     if end and b"\0" in data[last_line_start:end]:
         return last_line_start
     return end
+
+
+_BLOCK = 4096  # the filesystem's block, as the page cache writes it back
 
 
 _CHUNK = 1 << 20  # bytes of records decoded at a time: a million lines never sit in memory

@@ -256,6 +256,12 @@ TORN_TAILS = [
     ),
     pytest.param(b"", TORN_LINE[:-1], id="nothing but a torn record"),
     pytest.param(b"", b"\0" * 4096, id="nothing but NULs"),
+    # A power cut in a group commit's write over two blocks: the second landed, not the first.
+    pytest.param(
+        RECORDS,
+        b"\0" * (4096 - len(RECORDS)) + TORN_LINE[7:] + line({"id": 4, **WILMA}),
+        id="NULs to a block's end, then the lines of the next block",
+    ),
 ]
 
 
@@ -405,6 +411,12 @@ DAMAGE = [
         2,
         "not a Pet: Object missing required field `categoryId`",
         id="damage mid-file and a torn tail",
+    ),
+    pytest.param(  # no unwritten block: zeros that end before a block's end, lines after them
+        line(REX) + b"\0" * 10 + b"\n" + LINE_3,
+        2,
+        "not a Pet: JSON is malformed: invalid character (byte 0)",
+        id="NULs mid-file, not to a block's end",
     ),
 ]
 
