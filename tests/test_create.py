@@ -58,6 +58,18 @@ async def test_create_is_201_with_pet_and_location(
     assert "deprecation" not in response.headers
 
 
+async def test_a_key_given_twice_is_checked_each_time_and_the_last_wins(
+    client: httpx.AsyncClient,
+) -> None:
+    """A JSON object with a key twice (README): each value is checked as it is read, and of
+    two valid ones the last is the pet's."""
+    last = await post_raw(client, b'{"name": "Ann", "name": "Rex", "categoryId": 1}')
+    assert (last.status_code, last.json()) == (201, {"id": 1, "name": "Rex", "categoryId": 1})
+    wrong_first = await post_raw(client, b'{"name": 5, "name": "Rex", "categoryId": 1}')
+    assert "$.name" in assert_error(wrong_first, 400, "validation_error")
+    assert await list_all(client) == [{"id": 1, "name": "Rex", "categoryId": 1}]
+
+
 async def test_ids_are_assigned_1_2_3_in_increasing_order(client: httpx.AsyncClient) -> None:
     """Successive creates get ids 1, 2, 3 and matching Locations."""
     for expected_id, name in enumerate(["Rex", "Tom", "Polly"], 1):
