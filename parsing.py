@@ -101,10 +101,25 @@ def idempotency_key(scope: Scope) -> str | None:
 
 
 def require_json(scope: Scope) -> None:
-    """A 415 unless the request's Content-Type is JSON."""
-    if not is_json(header(scope, b"content-type")):
+    """A 415 unless the body is JSON as sent: its Content-Type JSON, and no Content-Encoding
+    but `identity` (a gzip body was read as if it were JSON; RFC 9110 15.5.16 asks a 415).
+    One look through the headers for both, as this runs for every create."""
+    content_type = encoding = None
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            if content_type is None:
+                content_type = value.decode("latin-1")
+        elif name == b"content-encoding":
+            encoding = value.decode("latin-1")
+    if not is_json(content_type):
         raise Refused(
             415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json (UTF-8)"
+        )
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        raise Refused(
+            415,
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            f"Content-Encoding {encoding.strip()!r} is not supported: send the body as it is",
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -430,6 +431,24 @@ async def test_content_type_other_than_json_is_415(
     response = await post_raw(client, json.dumps(REX).encode(), content_type)
     assert_error(response, 415, "unsupported_media_type")
     assert await list_all(client) == []
+
+
+async def test_a_content_encoding_other_than_identity_is_415(client: httpx.AsyncClient) -> None:
+    """A compressed body (Content-Encoding: gzip) is not read as if it were JSON: 415, nothing
+    stored; `identity` is the body as it is."""
+    body = json.dumps({"name": "Rex", "categoryId": 1}).encode()
+    compressed = await client.post(
+        "/v1/pets",
+        content=gzip.compress(body),
+        headers={"Content-Type": JSON, "Content-Encoding": "gzip"},
+    )
+    message = assert_error(compressed, 415, "unsupported_media_type")
+    assert message == "Content-Encoding 'gzip' is not supported: send the body as it is"
+    assert await list_all(client) == []
+    plain = await client.post(
+        "/v1/pets", content=body, headers={"Content-Type": JSON, "Content-Encoding": "identity"}
+    )
+    assert plain.status_code == 201
 
 
 @pytest.mark.parametrize(
