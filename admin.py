@@ -161,6 +161,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
     )
     schemas["NewFaultRule"]["allOf"] = _RULE_COMBINATIONS
     unauthorized = unauthorized_response("admin key")
+    internal = error("Unexpected failure; the log has the details", ErrorCode.INTERNAL_ERROR)
     done = {"description": "Done"}
 
     def operation(operation_id: str, summary: str, responses: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
             "summary": summary,
             "description": summary,
             "tags": ["control"],
-            "responses": {**responses, "401": unauthorized},
+            "responses": {**responses, "401": unauthorized, "500": internal},
         }
 
     def query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +251,8 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
                 "post": operation(
                     "reset",
                     "Put the in-memory store back to its state right after start (the seed, "
-                    "ids included) and empty the journal and the fault rules",
+                    "ids included) and empty the journal, the fault rules and the idempotency "
+                    "keys",
                     {
                         "200": {"description": "Pets now", "content": json_content(reset_ref)},
                         "409": error(

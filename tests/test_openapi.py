@@ -337,6 +337,20 @@ async def test_every_response_of_both_documents_has_a_request_id(
         assert missing == []
 
 
+def test_every_control_plane_operation_lists_its_401_and_500() -> None:
+    """The admin key refused, and the last-resort 500, can answer any of the plane's
+    operations: each lists both, with the Error body."""
+    described = admin_openapi_document()
+    missing = [
+        f"{found['operationId']} {status}"
+        for operations in described["paths"].values()
+        for found in operations.values()
+        for status in ("401", "500")
+        if status not in found["responses"]
+    ]
+    assert missing == []
+
+
 @pytest.mark.anyio
 async def test_every_get_pet_response_documents_the_deprecation_headers(
     document: dict[str, Any],
