@@ -238,8 +238,8 @@ def access_log_stream(settings: Settings) -> TextIO | None:
     if settings.log_level not in ("info", "debug", "trace"):
         return None
     # A buffer of its own on stdout: PYTHONUNBUFFERED (set in many images) would otherwise
-    # turn every line into a write(2). The Outlet's thread writes and flushes each chunk of
-    # lines (256, every 50 ms: app.LOG_EVERY) as the reader takes them.
+    # turn every line into a write(2). The Outlet's thread writes and flushes each drain's
+    # lines (every 50 ms: app.LOG_EVERY) as the reader takes them.
     stdout = open(  # noqa: SIM115 - the Outlet's, for the life of the process
         sys.stdout.fileno(),
         "w",
