@@ -28,10 +28,18 @@ _STATUS_BY_VALUE: Final = {status.value: status for status in PetStatus}
 
 
 def integer(text: str) -> int | None:
-    """The integer written as 1 to 19 ASCII digits, maybe after a "-"; else None. (int() alone
-    takes " 5", "+5", "5_0", Arabic-Indic digits, and digits without end.)"""
+    """The integer written as ASCII digits, maybe after a "-", at most 19 of them but leading
+    zeros (`0…01` is 1, however many); else None. (int() alone takes " 5", "+5", "5_0",
+    Arabic-Indic digits, and refuses 4,301 digits, zeros too.)"""
     digits = text[1:] if text[:1] == "-" else text
-    return int(text) if 0 < len(digits) <= 19 and digits.isascii() and digits.isdigit() else None
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    if len(digits) <= 19:
+        return int(text)
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > 19:
+        return None
+    return -int(digits) if text[:1] == "-" else int(digits)
 
 
 def query(query_string: bytes, names: frozenset[str]) -> dict[str, str]:
