@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import multiprocessing
 import os
 import random
@@ -12,7 +11,6 @@ import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, TextIO
 
-import msgspec
 from starlette.responses import Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,7 +18,6 @@ from uvicorn.config import STARTUP_FAILURE
 
 from accesslog import AccessLog
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
-from database import DatabaseStore
 from datafile import FileStore
 from docs import Docs
 from faults import Faults
@@ -30,16 +27,15 @@ from logs import access_log_stream, configure_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
+from opening import open_store
 from parsing import (
     decode_new_pet,
     idempotency_key,
     integer,
     list_query,
-    not_json_reason,
     read_body,
     require_json,
 )
-from records import DataFileError
 from routing import (
     BytesResponse,
     Endpoint,
@@ -58,18 +54,13 @@ from schemas import (
     SUCCESSOR_PATH,
     SUNSET,
     ErrorCode,
-    SeedPet,
     encoder,
-    seed_decoder,
 )
 from server import StallGuard, bound_socket, healthcheck, serve
 from settings import Settings, SettingsError, load_settings, with_key
-from store import MemoryStore, PetStore, seed_pets
-from tables import DatabaseError
+from store import PetStore
 
 __all__ = ["Petstore", "StallGuard", "create_app", "main"]  # StallGuard: `--http app:StallGuard`
-
-logger = logging.getLogger("petstore")
 
 
 class Health:
@@ -304,46 +295,6 @@ async def _fold_every(counts: RequestCounts, seconds: float) -> None:
     while True:
         await asyncio.sleep(seconds)
         counts.fold()
-
-
-def _read_seed(path: str) -> list[SeedPet]:
-    try:
-        with open(path, "rb") as file:
-            return seed_decoder.decode(file.read())
-    except OSError as error:
-        raise SettingsError(f"seed file {path}: cannot read: {error.strerror}") from None
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        reason = not_json_reason(error)
-        raise SettingsError(f"seed file {path}: not a JSON array of pets: {reason}") from None
-
-
-def open_store(settings: Settings) -> PetStore:
-    """The store the settings ask for, loaded and seeded; SettingsError says why it can't be."""
-    seed = _read_seed(settings.seed) if settings.seed is not None else None
-    if seed is not None:
-        try:
-            seed_pets(seed, last_id=0)  # a bad seed stops the start before any file is made
-        except ValueError as error:
-            raise SettingsError(f"seed file {settings.seed}: {error}") from None
-    if settings.database is not None:
-        database = DatabaseStore(settings.database, seed or ())
-        try:
-            database.prepare_now()  # seeds an empty database; waits for none that is down
-        except DatabaseError as error:
-            raise SettingsError(str(error)) from None
-        return database
-    try:
-        store: PetStore = MemoryStore() if settings.data is None else FileStore(settings.data)
-    except DataFileError as error:
-        raise SettingsError(f"data file {error}") from None
-    if seed is not None:
-        try:
-            seeded = store.seed(seed)
-        except (ValueError, DataFileError) as error:
-            raise SettingsError(f"seed file {settings.seed}: {error}") from None
-        if seeded:
-            logger.info("seeded %d pets from %s", len(seed), settings.seed)
-    return store
 
 
 def build(settings: Settings) -> Petstore:

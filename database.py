@@ -136,7 +136,7 @@ class DatabaseStore:
         self._prepared = True
 
     def seed(self, pets: Sequence[SeedPet]) -> bool:
-        """Seeding happens in `prepare_now` (or once the database is back): see open_store."""
+        """Seeding happens in `prepare_now` (or once the database is back): opening.py."""
         self._seed = pets
         return False
 

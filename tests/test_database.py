@@ -20,8 +20,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import Petstore, create_app, open_store
+from app import Petstore, create_app
 from database import DatabaseStore
+from opening import open_store
 from settings import Settings, SettingsError, load_settings
 from tests.conftest import (
     AUTH,
