@@ -72,6 +72,11 @@ class CategoryId(int):
     """
 
 
+class SeedId(int):
+    """A seed file's pet id, from 1 to 2^63 - 1, counted as CategoryId counts integers (`2.0`
+    is 2): a seed file is the body of createPet's kind, written by hand."""
+
+
 # The examples are what /docs fills a request in with: without them Swagger UI wrote the
 # minimum, -9223372036854775808, which JavaScript rounds out of int64 (a 400 at first try).
 Name = Annotated[str, msgspec.Meta(min_length=1, description="The animal's name", examples=["Rex"])]
@@ -121,7 +126,7 @@ class SeedPet(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
     categoryId: CategoryId  # the wire name is camelCase (SPEC.md)
     status: PetStatus | msgspec.UnsetType = msgspec.UNSET
-    id: PetId | msgspec.UnsetType = msgspec.UNSET
+    id: SeedId | msgspec.UnsetType = msgspec.UNSET
 
 
 class Error(msgspec.Struct, frozen=True):
@@ -202,13 +207,22 @@ _JSON_TYPE_NAMES: Final = {
 }
 
 
+# The integers decode_hook makes, and their bounds.
+_INTEGER_BOUNDS: Final[dict[type, tuple[int, int]]] = {
+    CategoryId: (INT64_MIN, INT64_MAX),
+    SeedId: (1, INT64_MAX),
+}
+
+
 def decode_hook(type_: type, value: Any) -> Any:
-    """Turn a decoded JSON value into a `CategoryId`, in msgspec's own wording when it can't.
+    """Turn a decoded JSON value into a `CategoryId` or a `SeedId`, in msgspec's own wording
+    when it can't.
 
     Numbers with a fraction or exponent arrive as exact Decimals (the decoders' float_hook), so
     `1.0` and `1e2` are integers while `1.0000000000000001` is not, as JSON Schema counts them.
     """
-    if type_ is not CategoryId:
+    bounds = _INTEGER_BOUNDS.get(type_)
+    if bounds is None:
         raise NotImplementedError(type_)
     if type(value) is decimal.Decimal:
         if value != value.to_integral_value():
@@ -216,11 +230,12 @@ def decode_hook(type_: type, value: Any) -> Any:
     elif type(value) is not int:
         raise TypeError(f"Expected `int`, got `{_JSON_TYPE_NAMES.get(type(value), 'value')}`")
     # Checked before the int is made, so that 1e999999999 costs nothing.
-    if value < INT64_MIN:
-        raise ValueError(f"Expected `int` >= {INT64_MIN}")
-    if value > INT64_MAX:
-        raise ValueError(f"Expected `int` <= {INT64_MAX}")
-    return CategoryId(value)
+    low, high = bounds
+    if value < low:
+        raise ValueError(f"Expected `int` >= {low}")
+    if value > high:
+        raise ValueError(f"Expected `int` <= {high}")
+    return type_(value)
 
 
 def schema_hook(type_: type) -> dict[str, Any]:

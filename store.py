@@ -140,7 +140,7 @@ def seed_pets(seed: Sequence[SeedPet], last_id: int) -> list[Pet]:
     """Seed items as Pets: a given id is kept (it must be above the one before), else the next."""
     pets = []
     for number, item in enumerate(seed):
-        pet_id = last_id + 1 if item.id is msgspec.UNSET else item.id
+        pet_id = last_id + 1 if item.id is msgspec.UNSET else int(item.id)
         if pet_id <= last_id:
             raise ValueError(f"item {number}: id {pet_id} is not above the id {last_id} before it")
         pets.append(

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas import CategoryId, SeedPet
+from schemas import CategoryId, SeedId, SeedPet
 from settings import Settings
 from store import MemoryStore
 from tests.conftest import KEY, assert_error
@@ -569,7 +569,7 @@ async def test_past_the_last_int64_id_a_create_is_a_503(
     client: httpx.AsyncClient, store: MemoryStore
 ) -> None:
     """In memory too: after id 2**63 - 1 (seeded), a create is a 503, and nothing is stored."""
-    assert store.seed([SeedPet(id=2**63 - 1, name="Last", categoryId=CategoryId(1))])
+    assert store.seed([SeedPet(id=SeedId(2**63 - 1), name="Last", categoryId=CategoryId(1))])
     response = await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1})
     assert "9223372036854775807 is taken" in assert_error(response, 503, "storage_unavailable")
     assert [pet["id"] for pet in (await client.get("/v1/pets")).json()] == [2**63 - 1]

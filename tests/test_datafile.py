@@ -23,9 +23,9 @@ import pytest
 from app import create_app
 from datafile import FileStore
 from records import DataFileError
-from schemas import NewPet, encoder
+from schemas import NewPet, Pet, encoder, seed_decoder
 from settings import Settings
-from store import Added
+from store import Added, seed_pets
 from tests.conftest import AUTH, KEY, ServerFactory, assert_error
 
 REX = {"id": 1, "name": "Rex", "categoryId": 1, "status": "available"}
@@ -757,6 +757,16 @@ BAD_SEEDS = [
         "item 1: id 5 is not above the id 5 before it",
         id="ids not increasing",
     ),
+    pytest.param(
+        b'[{"id": 0, "name": "Rex", "categoryId": 1}]',
+        "not a JSON array of pets: Expected `int` >= 1 - at `$[0].id`",
+        id="id zero",
+    ),
+    pytest.param(
+        b'[{"id": 2.5, "name": "Rex", "categoryId": 1}]',
+        "not a JSON array of pets: Expected `int`, got `float` - at `$[0].id`",
+        id="id with a fraction",
+    ),
     pytest.param(None, "cannot read: No such file or directory", id="missing file"),
 ]
 
@@ -783,6 +793,18 @@ def test_bad_seed_stops_the_start(
     assert server.stderr == f"petstore: seed file {seed_path}: {reason}\n"
     assert server.stdout == ""
     assert not (tmp_path / "pets.jsonl").exists()
+
+
+def test_a_seed_counts_integers_as_json_schema_does() -> None:
+    """`2.0` and `1e1` are integers in a seed file, ids as well as categories (as in a body),
+    and are stored as plain ints."""
+    seed = seed_decoder.decode(
+        b'[{"id": 2.0, "name": "Rex", "categoryId": 1.0},'
+        b' {"id": 1e1, "name": "Tom", "categoryId": 2}]'
+    )
+    pets = seed_pets(seed, last_id=0)
+    assert pets == [Pet(id=2, name="Rex", categoryId=1), Pet(id=10, name="Tom", categoryId=2)]
+    assert {type(pet.id) for pet in pets} == {type(pet.categoryId) for pet in pets} == {int}
 
 
 @pytest.mark.anyio
