@@ -153,8 +153,9 @@ def _seconds(text: str, name: str) -> float:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
-    if not 0 < seconds <= 3600:
-        raise SettingsError(f"{name}: expected seconds in (0, 3600], got {text!r}")
+    # Under 10 ms every client would be cut off before its request could arrive.
+    if not 0.01 <= seconds <= 3600:
+        raise SettingsError(f"{name}: expected seconds from 0.01 to 3600, got {text!r}")
     return seconds
 
 
