@@ -181,10 +181,12 @@ class StallGuard(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            message = "Invalid HTTP request received."
-            self.logger.warning(message)
-            self.send_400_response(message)
+        except httptools.HttpParserError as error:  # its text says what (llhttp's reason)
+            reason = str(error) or "unknown reason"
+            self.logger.warning("Invalid HTTP request received: %s.", reason)
+            self.send_400_response(
+                f"Invalid HTTP request received: {reason[:1].lower()}{reason[1:]}"
+            )
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():  # never, with ws="none": kept for other settings
                 self.handle_websocket_upgrade()

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -668,23 +668,42 @@ def exchange_raw(port: int, sent: bytes) -> tuple[str, dict[str, str], bytes]:
     return status, headers, body
 
 
+BAD_LENGTH: Final = "invalid character in Content-Length"
+
+
 @pytest.mark.parametrize(
-    ("sent", "echoed"),
+    ("sent", "echoed", "reason"),
     [
-        (b"GET /v1/pets HTTP/1.1\r\nX-Request-Id: sent-first\r\nContent-Length: x\r\n\r\n", True),
-        (b"GET /v1/pets HTTP/1.1\r\nX-Request-Id: two words\r\nContent-Length: x\r\n\r\n", False),
-        (b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", False),
-        (b"NOT AN HTTP REQUEST\r\n\r\n", False),
+        (
+            b"GET /v1/pets HTTP/1.1\r\nX-Request-Id: sent-first\r\nContent-Length: x\r\n\r\n",
+            True,
+            BAD_LENGTH,
+        ),
+        (
+            b"GET /v1/pets HTTP/1.1\r\nX-Request-Id: two words\r\nContent-Length: x\r\n\r\n",
+            False,
+            BAD_LENGTH,
+        ),
+        (b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", False, "invalid header token"),
+        (b"NOT AN HTTP REQUEST\r\n\r\n", False, "invalid method encountered"),
+        (b"get /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n", False, "invalid method encountered"),
     ],
-    ids=["the id, then a bad length", "an unusable id", "a header without a colon", "not http"],
+    ids=[
+        "the id, then a bad length",
+        "an unusable id",
+        "a header without a colon",
+        "not http",
+        "a method in lower case",
+    ],
 )
 def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
-    start_server: ServerFactory, sent: bytes, echoed: bool
+    start_server: ServerFactory, sent: bytes, echoed: bool, reason: str
 ) -> None:
-    """What uvicorn can't parse is answered as every bad input is: a 400 Error body, with the
-    client's X-Request-Id when it came before the fault, else one of the process's own ids;
-    then the connection is closed. The access log has its line (`-` for what the parser never
-    gave: the method and the path) and the metrics count it, method and route `other`."""
+    """What uvicorn can't parse is answered as every bad input is: a 400 Error body that says
+    what the parser refused, with the client's X-Request-Id when it came before the fault, else
+    one of the process's own ids; then the connection is closed. The access log has its line
+    (`-` for what the parser never gave: the method and the path) and the metrics count it,
+    method and route `other`."""
     server = start_server()
     with server.client() as http:
         before = http.get("/healthz").headers["x-request-id"]
@@ -692,7 +711,7 @@ def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
     assert status == "HTTP/1.1 400 Bad Request"
     assert json.loads(body) == {
         "code": "validation_error",
-        "message": "Invalid HTTP request received; the connection is closed",
+        "message": f"Invalid HTTP request received: {reason}; the connection is closed",
         "status": 400,
     }
     assert headers["content-type"] == "application/json"
