@@ -15,6 +15,7 @@ import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from journal import Journal, redact, rfc3339
+from logs import write_stdout
 from metrics import OTHER, RequestCounts
 from routing import REQUEST_ID_HEADER, STATUS, internal_error
 
@@ -206,6 +207,15 @@ class AccessLog:
         except (OSError, ValueError) as error:
             self._stop(error)
 
+    def announce(self, text: str) -> None:
+        """Write the service's own lines on stdout (the ready line, a generated key's), before
+        any line of the access log. If stdout can't be written, it is said once and the access
+        log stops, as when a write of its lines fails; the service goes on serving."""
+        try:
+            write_stdout(text)
+        except (OSError, ValueError) as error:
+            self._stop(error)
+
     def _stop(self, error: Exception) -> None:
         """stdout is closed, or its reader gone: keep serving, and stop noting lines."""
         logger.error("access log stopped: cannot write it: %s", error)
@@ -213,14 +223,20 @@ class AccessLog:
 
     @staticmethod
     def _text_lines(entries: list[_Entry]) -> str:
-        # A path is decoded (%0A is a line break): one that is not all printable is escaped,
-        # so that a client can't write a line of its own, or a terminal's escape sequence.
-        # The check costs 0.5k instructions a line (also checked a chunk at once).
-        return "".join(
-            f"{client[0] if client else '-'} "
-            f'"{method} {path if path.isprintable() else _escaped(path)}" {status or "-"} '
-            f"{elapsed // 1000}us {request_id[1].decode('latin-1')}\n"
-            for client, method, path, status, elapsed, request_id, _ in entries
+        """The entries' lines in text. A path is decoded (%0A is a line break): one that is not
+        all printable is escaped, so that a client can't write a line of its own or a
+        terminal's escape sequence. So is one with a quote or a backslash, with which it could
+        write fields of its own within its quotes: looked for in the chunk's text at once (two
+        scans in C, 0.3k instructions a line, where checking each path for them cost 0.8k),
+        and only when there is one are the lines made again, the paths that hold one escaped."""
+        text = _formatted(entries)
+        if text.count('"') == 2 * len(entries) and "\\" not in text:
+            return text
+        return _formatted(
+            [
+                (client, method, path if _plain(path) else _escaped(path), status, took, id_, at)
+                for client, method, path, status, took, id_, at in entries
+            ]
         )
 
     @staticmethod
@@ -241,6 +257,21 @@ class AccessLog:
         return _access_line_encoder.encode_lines(lines).decode()
 
 
+def _formatted(entries: list[_Entry]) -> str:
+    return "".join(
+        f"{client[0] if client else '-'} "
+        f'"{method} {path if path.isprintable() else _escaped(path)}" {status or "-"} '
+        f"{elapsed // 1000}us {request_id[1].decode('latin-1')}\n"
+        for client, method, path, status, elapsed, request_id, _ in entries
+    )
+
+
+def _plain(path: str) -> bool:
+    """Whether a path goes into a text line as it is."""
+    return path.isprintable() and '"' not in path and "\\" not in path
+
+
 def _escaped(text: str) -> str:
-    """`text` with every character Python would not print as is written as its escape."""
-    return text.encode("unicode_escape").decode("ascii")
+    """`text` with every character Python would not print as is written as its escape, and
+    a backslash and a quote escaped with a backslash (`\\`, `\\"`)."""
+    return text.encode("unicode_escape").decode("ascii").replace('"', '\\"')

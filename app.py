@@ -308,21 +308,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["healthcheck"]:
         try:
-            return healthcheck(load_settings(argv[1:], os.environ))
+            return healthcheck(load_settings(argv[1:], os.environ, address_only=True))
         except SettingsError as error:
             print(f"petstore healthcheck: {error}", file=sys.stderr)
             return 1
+    if sys.stdout is None:  # closed by whoever started us: Python could not open it
+        print(
+            "petstore: stdout is closed: start with it open (>/dev/null drops the access log)",
+            file=sys.stderr,
+        )
+        return 2
     try:
-        settings = with_key(load_settings(argv, os.environ), sys.stdout)
+        settings, key_line = with_key(load_settings(argv, os.environ))
         configure_logging(settings)  # with the key made just now, which Redact keeps out
         sock = bound_socket(settings)  # before the store loads: an address in use says so first
         app = build(settings)
     except SettingsError as error:
         print(f"petstore: {error}", file=sys.stderr)
         return 2
+
+    def announce(ready_line: str) -> None:  # a generated key only once the start succeeded
+        app.access_log.announce(key_line + ready_line)
+
     # The stack itself: Petstore's own call is one await more a request.
     try:
-        serve(app.app, settings, app.health.stop, app.access_log.refused, sock)
+        serve(
+            app.app,
+            settings,
+            app.health.stop,
+            refused=app.access_log.refused,
+            sock=sock,
+            announce=announce,
+        )
     except KeyboardInterrupt:  # Ctrl-C, after the same graceful stop as SIGTERM's
         return 130  # the shell's code for a SIGINT, without uvicorn's re-raised traceback
     return 0
@@ -333,7 +350,7 @@ def __getattr__(name: str) -> Any:
     if name != "app":
         raise AttributeError(name)
     try:
-        settings = with_key(load_settings([], os.environ), sys.stdout)
+        settings, key_line = with_key(load_settings([], os.environ))
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         configure_logging(settings, uvicorn_too=settings.log_format == "json")
         in_memory = settings.data is None and settings.database is None
@@ -342,6 +359,8 @@ def __getattr__(name: str) -> Any:
                 "several workers would each keep their own in-memory pets: run one worker"
             )
         app = build(settings)
+        if key_line:  # uvicorn listens only once we are built: said before that, once
+            app.access_log.announce(key_line)
     except SettingsError as error:
         # One write, the line and its end together: print() writes them apart, and the
         # other workers, refusing at the same moment on the same stderr, came in between.

@@ -5,9 +5,11 @@ thread, so that a reader who stops reading never stops the service)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import logging
 import logging.config
+import os
 import sys
 import threading
 import time
@@ -231,6 +233,23 @@ def configure_logging(settings: Settings, *, uvicorn_too: bool = True) -> None:
         for name in ("uvicorn", "uvicorn.access"):
             for handler in logging.getLogger(name).handlers:
                 handler.addFilter(redact)
+
+
+def write_stdout(text: str) -> None:
+    """The service's own lines on stdout (a generated key, the ready line), in one write:
+    print() writes a line and its end apart, which PYTHONUNBUFFERED (the image sets it) makes
+    two system calls, and a line of another writer could come in between. Raises what the
+    write raised (the reader is gone, the device full), once stdout is pointed at /dev/null:
+    the text Python still holds would otherwise fail again at exit, with a traceback."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):  # ValueError: sys.stdout is closed
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        raise
 
 
 def access_log_stream(settings: Settings) -> TextIO | None:

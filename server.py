@@ -23,7 +23,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from accesslog import REQUEST_ID
 from faults import CLOSE_EXTENSION
 from head import QuickHead
-from logs import logging_config, wait_for_outlets
+from logs import logging_config, wait_for_outlets, write_stdout
 from schemas import Error, ErrorCode, encoder
 from settings import Settings, SettingsError
 
@@ -262,9 +262,12 @@ class _Server(uvicorn.Server):
     """uvicorn's server that says where it listens once it does, and turns /readyz to 503 as
     soon as shutdown begins."""
 
-    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, on_exit: Callable[[], None], announce: Callable[[str], None]
+    ) -> None:
         super().__init__(config)
         self.on_exit = on_exit
+        self.announce = announce
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)  # the lifespan (the store loaded), then the listening socket
@@ -275,7 +278,7 @@ class _Server(uvicorn.Server):
             # before any access-log line: a harness that started us with --port 0 reads it.
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             address = f"[{host}]" if ":" in host else host
-            print(f"petstore: ready at http://{address}:{port}/v1", flush=True)
+            self.announce(f"petstore: ready at http://{address}:{port}/v1\n")
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.on_exit()
@@ -296,10 +299,8 @@ def bound_socket(settings: Settings) -> socket.socket:
     with one line, as a bad setting does (uvicorn loaded the store first, then wrote six lines
     and exited 3). A host in brackets (`[::1]`, as the ready line writes it) is taken without
     them; a name at its first address (uvicorn bound `localhost` twice, `--port 0` giving each
-    its own port); the empty host is 0.0.0.0."""
-    host = settings.host or "0.0.0.0"  # noqa: S104 - what the empty host has always meant
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
+    its own port)."""
+    host = _unbracketed(settings.host)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -319,16 +320,19 @@ def bound_socket(settings: Settings) -> socket.socket:
     return sock
 
 
-def serve(
+def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells it or asks of it
     app: ASGIApp,
     settings: Settings,
     on_exit: Callable[[], None],
+    *,
     refused: Refused = StallGuard.refused,
     sock: socket.socket | None = None,
+    announce: Callable[[str], None] = write_stdout,
 ) -> None:
     """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
     `refused` notes each of the server's own 400s and gives its id (AccessLog.refused); `sock`
-    is bound_socket()'s (else uvicorn binds the settings' address itself)."""
+    is bound_socket()'s (else uvicorn binds the settings' address itself); `announce` writes
+    the ready line (AccessLog.announce)."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -342,11 +346,16 @@ def serve(
         server_header=False,
         ws="none",  # the service speaks no WebSocket: an Upgrade is ignored (RFC 9110, 7.8)
     )
-    _Server(config, on_exit).run(sockets=None if sock is None else [sock])
+    _Server(config, on_exit, announce).run(sockets=None if sock is None else [sock])
+
+
+def _unbracketed(host: str) -> str:
+    """`[::1]` as `::1`: a host may be written as the ready line writes it."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 # Where `healthcheck` asks when the service listens on every address.
-_LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104 - maps away from them
+_LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - maps away from them
 
 
 _HEALTHCHECK_SECONDS: Final = 2.0
@@ -359,7 +368,8 @@ def _too_slow(signum: int, frame: Any) -> None:
 def healthcheck(settings: Settings) -> int:
     """`python app.py healthcheck`: 0 when /healthz answers 200 within 2 s, else 1 and one line
     on stderr. No curl in a slim image, and no HTTP proxy consulted (http.client uses none)."""
-    host = _LOOPBACK.get(settings.host, settings.host)
+    host = _unbracketed(settings.host)
+    host = _LOOPBACK.get(host, host)
     address = f"[{host}]" if ":" in host else host
     url = f"http://{address}:{settings.port}/healthz"
     # The alarm is the whole check's limit (with a timeout alone, each read's, an answer sent
@@ -371,7 +381,9 @@ def healthcheck(settings: Settings) -> int:
         connection.request("GET", "/healthz")
         status = connection.getresponse().status
     except (OSError, http.client.HTTPException) as error:
-        print(f"petstore healthcheck: {url}: {error}", file=sys.stderr)
+        # One line, whatever answered: a server that is no HTTP one sends its own line ends.
+        reason = " ".join(str(error).split()) or type(error).__name__
+        print(f"petstore healthcheck: {url}: {reason}", file=sys.stderr)
         return 1
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

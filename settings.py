@@ -9,7 +9,7 @@ import secrets
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 from uvicorn.config import LOG_LEVELS
 
@@ -59,9 +59,25 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
         raise SettingsError(message)
 
+    def parse_flags(self, argv: Sequence[str]) -> argparse.Namespace:
+        """The flags; what is not one of them is refused by its name alone, never its value:
+        a mistyped `--api-kye KEY` must not print the key."""
+        flags, unknown = self.parse_known_args(argv)
+        if unknown:
+            names = [item.partition("=")[0] for item in unknown if item.startswith("-")]
+            values = len(unknown) - len(names)
+            shown = [f"unknown flag {' '.join(names)}"] if names else []
+            if values:
+                shown.append(f"{values} value{'s' * (values > 1)} no flag takes (not shown)")
+            raise SettingsError("; ".join(shown))
+        return flags
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="app.py", description="Serve the petstore HTTP/JSON interface.")
+
+def _parser() -> _Parser:
+    # No abbreviations: `--po 0` would mean --port until a flag named --po... comes.
+    parser = _Parser(
+        prog="app.py", description="Serve the petstore HTTP/JSON interface.", allow_abbrev=False
+    )
     parser.add_argument("--host", help="address to listen on (PETSTORE_HOST)")
     parser.add_argument("--port", help="port to listen on (PETSTORE_PORT)")
     parser.add_argument("--data", metavar="FILE", help="keep pets in this file (PETSTORE_DATA)")
@@ -102,12 +118,13 @@ def _integer(low: int, high: int) -> Callable[[str, str], int]:
     return parse
 
 
-def _text(text: str, name: str) -> str:
+def _given(text: str, name: str) -> str:
+    """A value that must say something: an empty one (`PETSTORE_DATA=` in a compose file whose
+    variable was not set) is refused rather than taken as no setting (pets in memory,
+    unnoticed) or, for the host, as every address."""
+    if not text:
+        raise SettingsError(f"{name} is empty: give a value, or leave it out for the default")
     return text
-
-
-def _optional_path(text: str, name: str) -> str | None:
-    return text or None
 
 
 def _root_path(text: str, name: str) -> str:
@@ -123,29 +140,29 @@ def _log_level(text: str, name: str) -> str:
 
 
 def _log_format(text: str, name: str) -> str:
-    if text not in ("text", "json"):
+    if text.lower() not in ("text", "json"):
         raise SettingsError(f"{name}: expected text or json, got {text!r}")
-    return text
+    return text.lower()
 
 
 def _switch(text: str, name: str) -> bool:
-    if text not in ("on", "off"):
+    if text.lower() not in ("on", "off"):
         raise SettingsError(f"{name}: expected on or off, got {text!r}")
-    return text == "on"
+    return text.lower() == "on"
 
 
 def _database_url(text: str, name: str) -> str | None:
     # The message never shows the text: it may hold a password.
-    scheme, _, rest = text.partition("://")
+    scheme, _, rest = _given(text, name).partition("://")
     try:
         urllib.parse.urlsplit(text).port  # noqa: B018 - a port that is not a number raises
     except ValueError:
         rest = ""
-    if text and (scheme not in ("postgresql", "postgres") or not rest):
+    if scheme not in ("postgresql", "postgres") or not rest:
         raise SettingsError(
             f"{name}: expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
         )
-    return text or None
+    return text
 
 
 def _seconds(text: str, name: str) -> float:
@@ -161,10 +178,10 @@ def _seconds(text: str, name: str) -> float:
 
 # Settings field, environment variable, parser. The flag is the field's name in kebab case.
 _SOURCES: Final = (
-    ("host", "PETSTORE_HOST", _text),
+    ("host", "PETSTORE_HOST", _given),
     ("port", "PETSTORE_PORT", _integer(0, 65535)),
-    ("data", "PETSTORE_DATA", _optional_path),
-    ("seed", "PETSTORE_SEED", _optional_path),
+    ("data", "PETSTORE_DATA", _given),
+    ("seed", "PETSTORE_SEED", _given),
     ("max_body", "PETSTORE_MAX_BODY", _integer(1, 2**40)),
     ("root_path", "PETSTORE_ROOT_PATH", _root_path),
     ("log_level", "PETSTORE_LOG_LEVEL", _log_level),
@@ -240,30 +257,43 @@ def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tupl
     return tuple(dict.fromkeys(origin for origin, _ in origins))
 
 
-def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
-    """Settings from command-line flags, then PETSTORE_* variables, then defaults."""
-    flags = _parser().parse_args(argv)
-    values: dict[str, Any] = {
-        "api_keys": _api_keys(flags, environ),
-        "admin_keys": _admin_keys(flags, environ),
-        "cors_origins": _cors_origins(flags, environ),
-    }
-    if set(values["api_keys"]) & set(values["admin_keys"]):
-        raise SettingsError("a key is configured both as an API key and as an admin key")
+def load_settings(
+    argv: Sequence[str], environ: Mapping[str, str], *, address_only: bool = False
+) -> Settings:
+    """Settings from command-line flags, then PETSTORE_* variables, then defaults. With
+    `address_only` (`healthcheck`), every flag is taken but only the host and the port are
+    read: a setting the check has no use for (a key file rotated away) can't fail it."""
+    flags = _parser().parse_flags(argv)
+    values: dict[str, Any] = {}
+    if not address_only:
+        values["api_keys"] = _api_keys(flags, environ)
+        values["admin_keys"] = _admin_keys(flags, environ)
+        values["cors_origins"] = _cors_origins(flags, environ)
+        if set(values["api_keys"]) & set(values["admin_keys"]):
+            raise SettingsError("a key is configured both as an API key and as an admin key")
+    sources = {}
     for field, variable, parse in _SOURCES:
+        if address_only and field not in ("host", "port"):
+            continue
         if (flag := getattr(flags, field)) is not None:
-            values[field] = parse(flag, "--" + field.replace("_", "-"))
+            sources[field] = "--" + field.replace("_", "-")
+            values[field] = parse(flag, sources[field])
         elif variable in environ:
+            sources[field] = variable
             values[field] = parse(environ[variable], variable)
-    if values.get("data") and values.get("database"):
-        raise SettingsError("--data and --database: pets live in a file or in a database, not both")
+    if "data" in values and "database" in values:
+        raise SettingsError(
+            f"{sources['data']} and {sources['database']}: pets live in a file or in a"
+            " database, not both"
+        )
     return Settings(**values)
 
 
-def with_key(settings: Settings, out: TextIO) -> Settings:
-    """Settings with at least one API key; a generated one is printed once, to `out`."""
+def with_key(settings: Settings) -> tuple[Settings, str]:
+    """Settings with at least one API key, and the line that shows a generated one (its only
+    showing, on stdout: "" when keys were configured)."""
     if settings.api_keys:
-        return settings
+        return settings, ""
     key = secrets.token_urlsafe(32)
-    print(f"petstore: no API key configured; this run accepts: Bearer {key}", file=out, flush=True)
-    return replace(settings, api_keys=(key,))
+    line = f"petstore: no API key configured; this run accepts: Bearer {key}\n"
+    return replace(settings, api_keys=(key,)), line

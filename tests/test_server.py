@@ -8,6 +8,7 @@ import contextlib
 import gc
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -35,6 +36,7 @@ from tests.conftest import (
     TracedFactory,
     answers,
     bearer,
+    child_of,
     environment,
     free_port,
     wait_until,
@@ -410,14 +412,125 @@ def test_the_ready_line_comes_once_the_store_is_loaded(launch: Launcher, tmp_pat
     assert (last.status_code, last.json()["name"]) == (200, "pet 19999")
 
 
+# --------------------------------------------------------------------------- stdout
+
+
+def test_the_key_and_ready_lines_go_out_in_one_write(tmp_path: Path) -> None:
+    """Under PYTHONUNBUFFERED (the image sets it) print() wrote a line and its end in two
+    system calls, and another writer's line could come in between: the generated key's line
+    and the ready line go out together, in one write, once the service listens."""
+    trace = tmp_path / "stdout.trace"
+    port = free_port()
+    strace = [STRACE, "-f", "-qq", "-e", "trace=write", "-s", "500", "-o", str(trace)]
+    process = subprocess.Popen(
+        [*strace, sys.executable, "app.py", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=environment({"PYTHONUNBUFFERED": "1"}),
+        cwd=ROOT,
+    )
+    try:
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}"), "the service answers")
+    finally:
+        os.kill(child_of(process.pid), signal.SIGTERM)  # the service: strace ends with it
+        process.wait(15)
+    ours = [line for line in trace.read_text().splitlines() if 'write(1, "petstore: ' in line]
+    assert len(ours) == 1, ours
+    assert re.search(
+        r'write\(1, "petstore: no API key configured; this run accepts: Bearer [\w-]+\\n'
+        rf'petstore: ready at http://127\.0\.0\.1:{port}/v1\\n", \d+[) ]',
+        ours[0],
+    ), ours
+
+
+def test_a_start_that_fails_shows_no_generated_key() -> None:
+    """The key is shown once the service listens: a start that fails (here, a port in use)
+    printed one for a run that never served."""
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "app.py", "--port", str(port)],
+            env=environment(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"petstore: cannot listen on 127.0.0.1:{port}: ")
+
+
+@pytest.mark.parametrize(
+    ("stdout", "error"),
+    [("no reader", "[Errno 32] Broken pipe"), ("/dev/full", "[Errno 28] No space left on device")],
+)
+def test_a_stdout_that_cannot_be_written_stops_the_access_log_not_the_service(
+    tmp_path: Path, stdout: str, error: str
+) -> None:
+    """stdout's reader gone before the first line (`python app.py | true`), or a full device:
+    the ready line's write fails, which is said once on stderr; the access log stops, and the
+    service serves, then stops cleanly. The failed print used to end the start with a
+    traceback."""
+    port = free_port()
+    if stdout == "no reader":
+        read_end, out = os.pipe()
+        os.close(read_end)
+    else:
+        out = os.open(stdout, os.O_WRONLY)
+    stderr = tmp_path / "stderr"
+    with stderr.open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port), "--api-key", KEY],
+            stdout=out,
+            stderr=err,
+            env=environment(),
+            cwd=ROOT,
+        )
+    os.close(out)
+    try:
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}"), "the service answers")
+        for _ in range(3):
+            listed = httpx.get(f"http://127.0.0.1:{port}/v1/pets", headers=bearer(KEY))
+            assert listed.status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(15)
+    assert code in (0, -15)
+    text = stderr.read_text()
+    assert "Traceback" not in text
+    stopped = [line for line in text.splitlines() if "access log stopped" in line]
+    assert stopped == [f"ERROR     petstore: access log stopped: cannot write it: {error}"]
+
+
+def test_a_closed_stdout_stops_the_start_in_one_line() -> None:
+    """Started with stdout closed (`>&-`): one line and exit 2, as a bad setting (uvicorn's
+    log set-up failed on it with a traceback)."""
+    result = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "app.py", "--port", "0"],
+        env=environment({"PETSTORE_API_KEYS": KEY}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (
+        2,
+        "petstore: stdout is closed: start with it open (>/dev/null drops the access log)\n",
+    )
+
+
 # --------------------------------------------------------------------------- healthcheck
 
 
-def healthcheck(port: int, *args: str) -> subprocess.CompletedProcess[str]:
+def healthcheck(
+    port: int, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "app.py", "healthcheck", "--port", str(port), *args],
         cwd=ROOT,
-        env=environment(),
+        env=environment(env),
         capture_output=True,
         text=True,
         timeout=20,
@@ -467,10 +580,11 @@ def test_healthcheck_passes_against_a_live_service(start_server: ServerFactory, 
 
 
 # Any address probes its family's loopback: 0.0.0.0 127.0.0.1, and :: ::1 where the machine
-# has IPv6 (as HOSTS above).
+# has IPv6 (as HOSTS above). A host in brackets, as the ready line writes it, is the same host.
 ANY_AND_LOOPBACK = [
     ("0.0.0.0", "127.0.0.1"),  # noqa: S104 - the probe's case
-    *([("::", "::1")] if can_bind("::1") else []),
+    ("[127.0.0.1]", "127.0.0.1"),
+    *([("::", "::1"), ("[::]", "::1"), ("[::1]", "::1")] if can_bind("::1") else []),
 ]
 
 
@@ -479,12 +593,21 @@ def test_healthcheck_probes_the_loopback_for_any_address(
     launch: Launcher, host: str, loopback: str
 ) -> None:
     """--host 0.0.0.0 or :: probes that family's loopback, where a service bound to it (and
-    to nothing else) answers."""
+    to nothing else) answers; `[::1]` is ::1 (it asked `[[::1]]`, which never resolved)."""
     argv = [sys.executable, "app.py", "--port", "0", "--host", loopback, "--api-key", KEY]
     server = launch(argv, {}, 0)
     ready = READY_LINE.search(server.wait_for_output("petstore: ready at "))
     assert ready, server.stdout_path.read_text()
     result = healthcheck(int(ready["port"]), "--host", host)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_healthcheck_reads_only_the_address(start_server: ServerFactory) -> None:
+    """A setting the check has no use for can't fail it: a key file rotated away, a log level
+    it doesn't know. Every flag of the service is taken."""
+    server = start_server()
+    env = {"PETSTORE_API_KEYS_FILE": "/nonexistent/keys", "PETSTORE_LOG_LEVEL": "loud"}
+    result = healthcheck(server.port, "--metrics", "sometimes", env=env)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
@@ -536,6 +659,28 @@ def test_healthcheck_fails_on_an_answer_that_trickles_in() -> None:
     assert result.returncode == 1
     assert result.stderr == (
         f"petstore healthcheck: http://127.0.0.1:{port}/healthz: no whole answer within 2 s\n"
+    )
+
+
+def test_healthcheck_says_in_one_line_what_a_server_that_is_no_http_one_sent() -> None:
+    """Something else on the port (an SSH server's greeting, with its line end): one line."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def greet() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")
+
+        thread = threading.Thread(target=greet)
+        thread.start()
+        result = healthcheck(port)
+        thread.join(10)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"petstore healthcheck: http://127.0.0.1:{port}/healthz: SSH-2.0-OpenSSH_9.2p1\n"
     )
 
 

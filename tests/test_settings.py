@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from settings import SettingsError, load_settings
 from tests.conftest import (
     KEY,
     ROOT,
@@ -389,6 +390,13 @@ BAD_SETTINGS = [
     pytest.param(["--max-body", "9" * 5000], {}, id="max-body-5000-digits"),
     pytest.param([], {"PETSTORE_PORT": "8" * 4301}, id="env-port-4301-digits"),
     pytest.param(["--data", "{fifo}", "--api-key", KEY], {}, id="data-file-a-fifo"),
+    pytest.param(["--host", ""], {}, id="host-empty"),
+    pytest.param([], {"PETSTORE_HOST": ""}, id="env-host-empty"),
+    pytest.param([], {"PETSTORE_DATA": ""}, id="env-data-empty"),
+    pytest.param(["--seed", ""], {}, id="seed-empty"),
+    pytest.param([], {"PETSTORE_DATABASE_URL": ""}, id="env-database-empty"),
+    pytest.param(["--api-kye", KEY], {}, id="mistyped-flag"),
+    pytest.param(["--po", "0"], {}, id="abbreviated-flag"),
 ]
 
 
@@ -419,3 +427,49 @@ def test_bad_setting_stops_the_start_with_one_line(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("petstore: "), result.stderr
     assert result.stdout == ""
+
+
+# --------------------------------------------------------------------------- what refusals say
+
+REFUSALS = [
+    pytest.param(
+        ["--api-kye", "Secret-123"], {}, "unknown flag --api-kye; 1 value no flag takes (not shown)"
+    ),
+    pytest.param(["--api-kye=Secret-123"], {}, "unknown flag --api-kye"),
+    pytest.param(["--api-key", "k", "Secret-123"], {}, "1 value no flag takes (not shown)"),
+    pytest.param(["--po", "0"], {}, "unknown flag --po; 1 value no flag takes (not shown)"),
+    pytest.param(
+        [],
+        {"PETSTORE_DATA": ""},
+        "PETSTORE_DATA is empty: give a value, or leave it out for the default",
+    ),
+    pytest.param(
+        ["--host", ""], {}, "--host is empty: give a value, or leave it out for the default"
+    ),
+    pytest.param(
+        ["--data", "pets.jsonl"],
+        {"PETSTORE_DATABASE_URL": "postgresql://u:Secret-123@db/pets"},
+        "--data and PETSTORE_DATABASE_URL: pets live in a file or in a database, not both",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "message"), REFUSALS)
+def test_a_refusal_names_the_setting_and_never_its_secret_value(
+    args: list[str], env: dict[str, str], message: str
+) -> None:
+    """A mistyped flag is named without its value (`--api-kye KEY` printed the key), an
+    abbreviation is no flag, an empty value is refused (the host meant every address, the
+    data file memory), and a conflict names where each setting came from."""
+    with pytest.raises(SettingsError) as refusal:
+        load_settings(args, env)
+    assert str(refusal.value) == message
+    assert "Secret-123" not in str(refusal.value)
+
+
+def test_words_of_a_setting_are_taken_in_any_case() -> None:
+    """`--log-format JSON` and `--metrics OFF`, as `--log-level INFO` always was."""
+    settings = load_settings(
+        ["--log-format", "JSON", "--metrics", "OFF", "--log-level", "INFO"], {}
+    )
+    assert (settings.log_format, settings.metrics, settings.log_level) == ("json", False, "info")
