@@ -12,12 +12,14 @@ from secrets import token_hex
 from typing import Final, TextIO
 
 import msgspec
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from journal import Journal, redact, rfc3339
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
-from routing import REQUEST_ID_HEADER, STATUS, internal_error
+from routing import REQUEST_ID_HEADER, STATUS, error_response, internal_error
+from schemas import ErrorCode
 
 logger = logging.getLogger("petstore")
 
@@ -138,10 +140,13 @@ class AccessLog:
         scope[REQUEST_ID_HEADER] = request_id
         try:
             await self.app(scope, receive, send)
-        except Exception:
+        except (Exception, asyncio.CancelledError) as error:
             if STATUS in scope:  # too late for an Error body: uvicorn logs it and closes
                 raise
-            await internal_error(scope)(scope, receive, send)
+            # Cancelled: the shutdown's grace ran out (uvicorn said so, once), no fault of the
+            # app's, so no traceback; answered, the task ends as it was asked to.
+            cancelled = isinstance(error, asyncio.CancelledError)
+            await (cut_off() if cancelled else internal_error(scope))(scope, receive, send)
         finally:
             journal, counts, stream = self.journal, self.counts, self.stream
             if journal is not None or counts is not None or stream:
@@ -269,6 +274,16 @@ def _formatted(entries: list[_Entry]) -> str:
 def _plain(path: str) -> bool:
     """Whether a path goes into a text line as it is."""
     return path.isprintable() and '"' not in path and "\\" not in path
+
+
+def cut_off() -> Response:
+    """The answer to a request the shutdown cut off: its 5 s of grace ran out."""
+    return error_response(
+        500,
+        ErrorCode.INTERNAL_ERROR,
+        "The service stopped before this request was answered; it may be retried",
+        {"Connection": "close"},
+    )
 
 
 def _escaped(text: str) -> str:

@@ -1,16 +1,13 @@
 """Running under uvicorn: the slow-client guard, one write a response, the server's own 400s,
-the ready line, readiness off at shutdown, and `healthcheck` (the logs: logs.py)."""
+the ready line, readiness off at shutdown (the logs: logs.py; `healthcheck`: healthcheck.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
 import logging
 import secrets
-import signal
 import socket
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -300,7 +297,7 @@ def bound_socket(settings: Settings) -> socket.socket:
     and exited 3). A host in brackets (`[::1]`, as the ready line writes it) is taken without
     them; a name at its first address (uvicorn bound `localhost` twice, `--port 0` giving each
     its own port)."""
-    host = _unbracketed(settings.host)
+    host = settings.host
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -347,49 +344,3 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
         ws="none",  # the service speaks no WebSocket: an Upgrade is ignored (RFC 9110, 7.8)
     )
     _Server(config, on_exit, announce).run(sockets=None if sock is None else [sock])
-
-
-def _unbracketed(host: str) -> str:
-    """`[::1]` as `::1`: a host may be written as the ready line writes it."""
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
-# Where `healthcheck` asks when the service listens on every address.
-_LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - maps away from them
-
-
-_HEALTHCHECK_SECONDS: Final = 2.0
-
-
-def _too_slow(signum: int, frame: Any) -> None:
-    raise TimeoutError(f"no whole answer within {_HEALTHCHECK_SECONDS:g} s")
-
-
-def healthcheck(settings: Settings) -> int:
-    """`python app.py healthcheck`: 0 when /healthz answers 200 within 2 s, else 1 and one line
-    on stderr. No curl in a slim image, and no HTTP proxy consulted (http.client uses none)."""
-    host = _unbracketed(settings.host)
-    host = _LOOPBACK.get(host, host)
-    address = f"[{host}]" if ":" in host else host
-    url = f"http://{address}:{settings.port}/healthz"
-    # The alarm is the whole check's limit (with a timeout alone, each read's, an answer sent
-    # a byte at a time passed after 19 s); the timeout, longer, is there should it not ring.
-    connection = http.client.HTTPConnection(host, settings.port, timeout=_HEALTHCHECK_SECONDS + 1)
-    previous = signal.signal(signal.SIGALRM, _too_slow)
-    signal.setitimer(signal.ITIMER_REAL, _HEALTHCHECK_SECONDS)
-    try:
-        connection.request("GET", "/healthz")
-        status = connection.getresponse().status
-    except (OSError, http.client.HTTPException) as error:
-        # One line, whatever answered: a server that is no HTTP one sends its own line ends.
-        reason = " ".join(str(error).split()) or type(error).__name__
-        print(f"petstore healthcheck: {url}: {reason}", file=sys.stderr)
-        return 1
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        connection.close()
-    if status != 200:
-        print(f"petstore healthcheck: {url} answered {status}", file=sys.stderr)
-        return 1
-    return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import re
 import secrets
 import urllib.parse
@@ -11,10 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from uvicorn.config import LOG_LEVELS
-
 # RFC 6750 b64token: what a bearer credential can carry.
 _BEARER_TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+# uvicorn's levels (uvicorn.config.LOG_LEVELS, which logs.py maps), named here so that
+# `healthcheck`, which reads settings every 10 s, needn't import uvicorn (0.1 s of CPU).
+LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 class SettingsError(Exception):
@@ -127,6 +131,12 @@ def _given(text: str, name: str) -> str:
     return text
 
 
+def _host(text: str, name: str) -> str:
+    """A host name or address; `[::1]` is ::1, as the ready line writes it."""
+    host = _given(text, name)
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 def _root_path(text: str, name: str) -> str:
     if text and not re.fullmatch(r"(/[A-Za-z0-9\-._~%!$&'()*+,;=:@]+)+", text):
         raise SettingsError(f"{name}: expected a path like /api (no trailing /), got {text!r}")
@@ -178,7 +188,7 @@ def _seconds(text: str, name: str) -> float:
 
 # Settings field, environment variable, parser. The flag is the field's name in kebab case.
 _SOURCES: Final = (
-    ("host", "PETSTORE_HOST", _given),
+    ("host", "PETSTORE_HOST", _host),
     ("port", "PETSTORE_PORT", _integer(0, 65535)),
     ("data", "PETSTORE_DATA", _given),
     ("seed", "PETSTORE_SEED", _given),
@@ -287,6 +297,37 @@ def load_settings(
             " database, not both"
         )
     return Settings(**values)
+
+
+# Shorter keys get a warning at start (`cautions`).
+KEY_LENGTH_ADVISED: Final = 16
+
+
+def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    """What the start warns of without refusing: short keys (easy to guess, and every log line
+    writes `[redacted]` wherever their text appears: `admin` in each /_admin path), and
+    PETSTORE_* variables that are no setting (a misspelt one is otherwise silently ignored)."""
+    found = [
+        f"{kind} key #{number} is {len(key)} characters long: a short key is easy to guess, "
+        f"and the logs write [redacted] wherever its text appears; use {KEY_LENGTH_ADVISED} "
+        "or more"
+        for kind, keys in (("API", settings.api_keys), ("admin", settings.admin_keys))
+        for number, key in enumerate(keys, 1)
+        if len(key) < KEY_LENGTH_ADVISED
+    ]
+    known = {variable for _, variable, _ in _SOURCES} | {
+        "PETSTORE_API_KEYS",
+        "PETSTORE_API_KEYS_FILE",
+        "PETSTORE_ADMIN_KEYS",
+        "PETSTORE_CORS_ORIGINS",
+    }
+    for name in sorted(environ):
+        if name.startswith("PETSTORE_") and name not in known:
+            # Compared without the prefix they share, which would make them all alike.
+            close = difflib.get_close_matches(name[9:], [variable[9:] for variable in known], n=1)
+            hint = f" (did you mean PETSTORE_{close[0]}?)" if close else ""
+            found.append(f"{name} is no setting and is ignored{hint}")
+    return found
 
 
 def with_key(settings: Settings) -> tuple[Settings, str]:

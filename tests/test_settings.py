@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import uvicorn.config
 
-from settings import SettingsError, load_settings
+from settings import LOG_LEVELS, Settings, SettingsError, cautions, load_settings
 from tests.conftest import (
     KEY,
     ROOT,
@@ -473,3 +474,24 @@ def test_words_of_a_setting_are_taken_in_any_case() -> None:
         ["--log-format", "JSON", "--metrics", "OFF", "--log-level", "INFO"], {}
     )
     assert (settings.log_format, settings.metrics, settings.log_level) == ("json", False, "info")
+
+
+def test_the_start_cautions_against_short_keys_and_variables_that_are_no_setting() -> None:
+    """A key under 16 characters (`admin` made every /_admin path `/_[redacted]` in the logs),
+    and a misspelt PETSTORE_* variable, which used to be ignored without a word."""
+    settings = Settings(api_keys=("short-key", "k" * 16), admin_keys=("admin",))
+    environ = {"PETSTORE_API_KEY": "k", "PETSTORE_PORT": "1", "PETSTORE_VERBOSITY": "", "HOME": "/"}
+    advice = "a short key is easy to guess, and the logs write [redacted] wherever its text"
+    assert cautions(settings, environ) == [
+        f"API key #1 is 9 characters long: {advice} appears; use 16 or more",
+        f"admin key #1 is 5 characters long: {advice} appears; use 16 or more",
+        "PETSTORE_API_KEY is no setting and is ignored (did you mean PETSTORE_API_KEYS?)",
+        "PETSTORE_VERBOSITY is no setting and is ignored",
+    ]
+    assert cautions(Settings(api_keys=("k" * 16,)), {"PETSTORE_PORT": "1"}) == []
+
+
+def test_the_log_levels_are_uvicorn_s() -> None:
+    """settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps
+    them through uvicorn's table."""
+    assert list(LOG_LEVELS) == list(uvicorn.config.LOG_LEVELS)

@@ -105,6 +105,14 @@ expect "GET /v1/pets with the key: status" "$status" 200
 expect "GET /v1/pets with the key: body" "$body" "[$pet]"
 ok "201 and the list with the key"
 
+# Flags after the image's name go to the service (its ENTRYPOINT): a bad one stops it, one line.
+if out=$(podman run --rm "$image" --port nope 2>&1); then
+    fail "podman run $image --port nope: the service started"
+fi
+[[ $out == *"petstore: --port: expected an integer from 0 to 65535, got 'nope'"* ]] ||
+    fail "podman run $image --port nope: not the service's refusal: $out"
+ok "flags after the image's name reach the service"
+
 # The container's main process, seen from the host (rootful podman: same uids, same /proc).
 pid=$(podman inspect --format '{{.State.Pid}}' "$name")
 expect "uids (real, effective, saved, filesystem) of the container's PID 1" \
