@@ -358,6 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _reloading() -> bool:
+    """Whether uvicorn runs us under --reload: one process at a time, started again on a
+    change, where pets in memory are fine. Its worker can't tell that from --workers but by
+    the command line it inherits (multiprocessing's spawn passes it on) or uvicorn's variable."""
+    flags = any(arg == "--reload" or arg.startswith("--reload-") for arg in sys.argv)
+    return flags or os.environ.get("UVICORN_RELOAD", "").lower() in ("1", "true", "yes", "on")
+
+
 def __getattr__(name: str) -> Any:
     """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use only."""
     if name != "app":
@@ -367,7 +375,7 @@ def __getattr__(name: str) -> Any:
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         start_logging(settings, uvicorn_too=settings.log_format == "json")
         in_memory = settings.data is None and settings.database is None
-        if multiprocessing.parent_process() is not None and in_memory:
+        if multiprocessing.parent_process() is not None and in_memory and not _reloading():
             raise SettingsError(
                 "several workers would each keep their own in-memory pets: run one worker"
             )

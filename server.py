@@ -277,6 +277,14 @@ class _Server(uvicorn.Server):
             address = f"[{host}]" if ":" in host else host
             self.announce(f"petstore: ready at http://{address}:{port}/v1\n")
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        if self.force_exit:
+            # Ctrl-C twice: uvicorn stops waiting for the requests in flight, and skipped the
+            # lifespan's end too, whose task asyncio.run then cancelled with a traceback. The
+            # store is closed and the access log written all the same.
+            await self.lifespan.shutdown()
+
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.on_exit()
         super().handle_exit(sig, frame)

@@ -85,6 +85,43 @@ def test_ctrl_c_stops_like_sigterm_without_a_traceback(start_server: ServerFacto
     assert "Application shutdown complete" in server.stderr
 
 
+def test_ctrl_c_twice_cuts_off_the_requests_in_flight_and_still_closes_the_store(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A second Ctrl-C while requests are in flight (uvicorn's force quit) stops waiting for
+    them: each is answered the cut-off 500; the store is still closed (the lifespan's end,
+    which uvicorn skipped and asyncio.run then cancelled with a traceback), exit 130."""
+    data = tmp_path / "pets.jsonl"
+    server = start_server(
+        "--admin-key", "admin-key-0123456789", "--data", str(data), "--log-level", "trace"
+    )
+    with server.client() as http:
+        assert http.post("/v1/pets", json={"name": "Rex", "categoryId": 1}).status_code == 201
+    began = server.stderr.count("Started scope=")
+    head = (
+        "GET /v1/pets HTTP/1.1\r\nHost: petstore\r\nPrefer: delay=30000\r\n"
+        f"Authorization: Bearer {KEY}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
+        sock.sendall(head)
+        # uvicorn's trace of the app called: the request is waiting out its delay
+        wait_until(lambda: server.stderr.count("Started scope=") > began, "the request in the app")
+        server.process.send_signal(signal.SIGINT)
+        wait_until(lambda: "Waiting for connections to close" in server.stderr, "the first stop")
+        server.process.send_signal(signal.SIGINT)
+        status_line, _, body = parse_response(read_until_closed(sock))
+    assert server.process.wait(10) == 130
+    assert status_line == "HTTP/1.1 500 Internal Server Error"
+    assert (
+        body["message"] == "The service stopped before this request was answered; it may be retried"
+    )
+    assert "Application shutdown complete." in server.stderr
+    assert "Traceback" not in server.stderr
+    restarted = start_server("--data", str(data))  # the data file's lock was let go, its pet kept
+    with restarted.client() as http:
+        assert [pet["name"] for pet in http.get("/v1/pets").json()] == ["Rex"]
+
+
 def test_sigterm_with_an_idle_keep_alive_connection_exits_promptly(
     start_server: ServerFactory,
 ) -> None:
@@ -265,6 +302,23 @@ def test_uvicorn_app_reads_the_environment(launch: Launcher) -> None:
         assert (refused.status_code, refused.json()) == (401, WRONG_KEY)
     assert server.stop() in (0, -15)
     assert "uvicorn-a" not in server.stdout + server.stderr
+
+
+def test_uvicorn_reload_over_memory_serves(launch: Launcher) -> None:
+    """`uvicorn app:app --reload` runs one worker at a time (a child process, as --workers'
+    are): pets in memory are served, where it was refused as several workers."""
+    port = free_port()
+    server = launch(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--reload"],
+        {"PETSTORE_API_KEYS": KEY},
+        port,
+    )
+    server.wait_ready()
+    with server.client() as http:
+        created = http.post("/v1/pets", json={"name": "Rex", "categoryId": 1}, headers=bearer(KEY))
+        assert created.status_code == 201
+    assert "several workers" not in server.stderr
+    assert server.stop() in (0, -15)
 
 
 WORKERS_REFUSED = (
