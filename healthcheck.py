@@ -1,4 +1,5 @@
-"""`python app.py healthcheck`: whether the service the settings describe answers /healthz.
+"""`python app.py healthcheck`: whether the service the settings describe answers /healthz
+(or, with `--ready`, /readyz).
 
 The image's HEALTHCHECK runs it every 10 s, so it imports the standard library and settings.py
 only (app.py runs it before its own imports): the whole service took 0.25 CPU-seconds to
@@ -27,29 +28,31 @@ def _too_slow(signum: int, frame: Any) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python app.py healthcheck [flags]`: the flags and variables of the service, of which
-    the host and the port are read."""
+    """`python app.py healthcheck [--ready] [flags]`: the flags and variables of the service, of
+    which the host and the port are read. `--ready` asks /readyz instead: a compose file's
+    `service_healthy` then waits for a database the service can reach."""
+    ready = "--ready" in argv
     try:
-        settings = load_settings(argv, os.environ, address_only=True)
+        settings = load_settings([a for a in argv if a != "--ready"], os.environ, address_only=True)
     except SettingsError as error:
         print(f"petstore healthcheck: {error}", file=sys.stderr)
         return 1
-    return healthcheck(settings)
+    return healthcheck(settings, "/readyz" if ready else "/healthz")
 
 
-def healthcheck(settings: Settings) -> int:
-    """0 when /healthz answers 200 within 2 s, else 1 and one line on stderr. No curl in a
-    slim image, and no HTTP proxy consulted (http.client uses none)."""
+def healthcheck(settings: Settings, path: str = "/healthz") -> int:
+    """0 when `path` answers 200 within 2 s, else 1 and one line on stderr. No curl in a slim
+    image, and no HTTP proxy consulted (http.client uses none)."""
     host = _LOOPBACK.get(settings.host, settings.host)
     address = f"[{host}]" if ":" in host else host
-    url = f"http://{address}:{settings.port}/healthz"
+    url = f"http://{address}:{settings.port}{path}"
     # The alarm is the whole check's limit (with a timeout alone, each read's, an answer sent
     # a byte at a time passed after 19 s); the timeout, longer, is there should it not ring.
     connection = http.client.HTTPConnection(host, settings.port, timeout=_HEALTHCHECK_SECONDS + 1)
     previous = signal.signal(signal.SIGALRM, _too_slow)
     signal.setitimer(signal.ITIMER_REAL, _HEALTHCHECK_SECONDS)
     try:
-        connection.request("GET", "/healthz")
+        connection.request("GET", path)
         status = connection.getresponse().status
     except (OSError, http.client.HTTPException) as error:
         # One line, whatever answered: a server that is no HTTP one sends its own line ends.

@@ -631,10 +631,12 @@ def test_an_address_the_service_cannot_have_stops_the_start_in_one_line(
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])  # noqa: S104 - the probe's case
 def test_healthcheck_passes_against_a_live_service(start_server: ServerFactory, host: str) -> None:
-    """Exit 0 and nothing printed when /healthz answers; 0.0.0.0 probes the loopback."""
+    """Exit 0 and nothing printed when /healthz answers, and /readyz with `--ready`; 0.0.0.0
+    probes the loopback."""
     server = start_server()
-    result = healthcheck(server.port, "--host", host)
-    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    for extra in ((), ("--ready",)):
+        result = healthcheck(server.port, "--host", host, *extra)
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
 # Any address probes its family's loopback: 0.0.0.0 127.0.0.1, and :: ::1 where the machine
@@ -759,6 +761,35 @@ def test_healthcheck_says_in_one_line_what_a_server_that_is_no_http_one_sent() -
     assert result.stderr == (
         f"petstore healthcheck: http://127.0.0.1:{port}/healthz: SSH-2.0-OpenSSH_9.2p1\n"
     )
+
+
+def test_healthcheck_ready_asks_readyz() -> None:
+    """`--ready` asks /readyz, where a service that can't serve (its database down) says 503
+    while /healthz says 200: a compose file's service_healthy can wait for that."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        asked = []
+
+        def answer(times: int) -> None:
+            for _ in range(times):
+                connection, _ = listener.accept()
+                with connection:
+                    request = connection.recv(65536)
+                    asked.append(request.split()[1].decode())
+                    status = b"503 Service Unavailable" if b"/readyz" in request else b"200 OK"
+                    connection.sendall(b"HTTP/1.1 %s\r\ncontent-length: 0\r\n\r\n" % status)
+
+        thread = threading.Thread(target=answer, args=(2,))
+        thread.start()
+        live = healthcheck(port)
+        ready = healthcheck(port, "--ready")
+        thread.join(10)
+    assert asked == ["/healthz", "/readyz"]
+    assert (live.returncode, live.stderr) == (0, "")
+    assert ready.returncode == 1
+    assert ready.stderr == f"petstore healthcheck: http://127.0.0.1:{port}/readyz answered 503\n"
 
 
 def test_healthcheck_fails_on_an_answer_other_than_200() -> None:
