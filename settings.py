@@ -161,7 +161,7 @@ def _switch(text: str, name: str) -> bool:
     return text.lower() == "on"
 
 
-def _database_url(text: str, name: str) -> str | None:
+def _database_url(text: str, name: str) -> str:
     # The message never shows the text: it may hold a password.
     scheme, _, rest = _given(text, name).partition("://")
     try:

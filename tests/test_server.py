@@ -72,6 +72,32 @@ def parse_response(raw: bytes) -> tuple[str, dict[str, str], Any]:
 
 # --------------------------------------------------------------------------- SIGTERM
 
+CUT_OFF = "The service stopped before this request was answered; it may be retried"
+
+
+def finished(
+    argv: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """ARGV run in the project directory with ENV (no other PETSTORE_* variable) to its end."""
+    return subprocess.run(
+        argv,
+        env=environment(env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def waiting_request(headers: str = "") -> bytes:
+    """A listPets that waits 30 s in the app (`Prefer: delay=`: the plane must be on), with
+    these header lines too."""
+    return (
+        "GET /v1/pets HTTP/1.1\r\nHost: petstore\r\nPrefer: delay=30000\r\n"
+        f"Authorization: Bearer {KEY}\r\n{headers}\r\n"
+    ).encode()
+
 
 def test_ctrl_c_stops_like_sigterm_without_a_traceback(start_server: ServerFactory) -> None:
     """SIGINT (Ctrl-C): the same graceful stop, exit 130 as a shell reports it, and no
@@ -98,12 +124,8 @@ def test_ctrl_c_twice_cuts_off_the_requests_in_flight_and_still_closes_the_store
     with server.client() as http:
         assert http.post("/v1/pets", json={"name": "Rex", "categoryId": 1}).status_code == 201
     began = server.stderr.count("Started scope=")
-    head = (
-        "GET /v1/pets HTTP/1.1\r\nHost: petstore\r\nPrefer: delay=30000\r\n"
-        f"Authorization: Bearer {KEY}\r\n\r\n"
-    ).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
-        sock.sendall(head)
+        sock.sendall(waiting_request())
         # uvicorn's trace of the app called: the request is waiting out its delay
         wait_until(lambda: server.stderr.count("Started scope=") > began, "the request in the app")
         server.process.send_signal(signal.SIGINT)
@@ -112,9 +134,7 @@ def test_ctrl_c_twice_cuts_off_the_requests_in_flight_and_still_closes_the_store
         status_line, _, body = parse_response(read_until_closed(sock))
     assert server.process.wait(10) == 130
     assert status_line == "HTTP/1.1 500 Internal Server Error"
-    assert (
-        body["message"] == "The service stopped before this request was answered; it may be retried"
-    )
+    assert body["message"] == CUT_OFF
     assert "Application shutdown complete." in server.stderr
     assert "Traceback" not in server.stderr
     restarted = start_server("--data", str(data))  # the data file's lock was let go, its pet kept
@@ -165,12 +185,8 @@ def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: Serv
     an Error body with its id (uvicorn's own is plain text), and the process exits. uvicorn
     says so in one line; the request's cancellation is no traceback (it wrote 22 lines)."""
     server = start_server("--admin-key", "admin-key-0123456789", "--log-level", "trace")
-    head = (
-        "GET /v1/pets HTTP/1.1\r\nHost: petstore\r\nPrefer: delay=30000\r\n"
-        f"Authorization: Bearer {KEY}\r\nX-Request-Id: cut-off\r\n\r\n"
-    ).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
-        sock.sendall(head)
+        sock.sendall(waiting_request("X-Request-Id: cut-off\r\n"))
         # uvicorn's trace of the app called: the request is waiting out its delay
         wait_until(lambda: "Started scope=" in server.stderr, "the request in the app")
         server.process.send_signal(signal.SIGTERM)
@@ -180,7 +196,7 @@ def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: Serv
     assert headers["connection"] == "close"
     assert body == {
         "code": "internal_error",
-        "message": "The service stopped before this request was answered; it may be retried",
+        "message": CUT_OFF,
         "status": 500,
     }
     assert server.process.wait(10) in (0, -15)
@@ -506,15 +522,7 @@ def test_a_start_that_fails_shows_no_generated_key() -> None:
     printed one for a run that never served."""
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "app.py", "--port", str(port)],
-            env=environment(),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        result = finished([sys.executable, "app.py", "--port", str(port)])
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith(f"petstore: cannot listen on 127.0.0.1:{port}: ")
 
@@ -564,14 +572,9 @@ def test_a_stdout_that_cannot_be_written_stops_the_access_log_not_the_service(
 def test_a_closed_stdout_stops_the_start_in_one_line() -> None:
     """Started with stdout closed (`>&-`): one line and exit 2, as a bad setting (uvicorn's
     log set-up failed on it with a traceback)."""
-    result = subprocess.run(
+    result = finished(
         ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "app.py", "--port", "0"],
-        env=environment({"PETSTORE_API_KEYS": KEY}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+        {"PETSTORE_API_KEYS": KEY},
     )
     assert (result.returncode, result.stderr) == (
         2,
@@ -585,15 +588,7 @@ def test_a_closed_stdout_stops_the_start_in_one_line() -> None:
 def healthcheck(
     port: int, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "app.py", "healthcheck", "--port", str(port), *args],
-        cwd=ROOT,
-        env=environment(env),
-        capture_output=True,
-        text=True,
-        timeout=20,
-        check=False,
-    )
+    return finished([sys.executable, "app.py", "healthcheck", "--port", str(port), *args], env)
 
 
 @pytest.mark.parametrize(
@@ -614,14 +609,9 @@ def test_an_address_the_service_cannot_have_stops_the_start_in_one_line(
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
         data = tmp_path / "pets.jsonl"
-        result = subprocess.run(
+        result = finished(
             [sys.executable, "app.py", "--host", host, "--port", str(port), "--data", str(data)],
-            env=environment({"PETSTORE_API_KEYS": KEY}),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+            {"PETSTORE_API_KEYS": KEY},
         )
     assert result.returncode == 2
     assert result.stderr.startswith(f"petstore: {refusal.format(port=port)}")
@@ -665,14 +655,8 @@ def test_healthcheck_probes_the_loopback_for_any_address(
 def test_healthcheck_imports_neither_the_service_nor_its_server() -> None:
     """The image runs it every 10 s: before app.py's imports, it loads the standard library
     and settings.py (0.1 s, where the whole service took 0.3 s of CPU a check)."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "app.py", "healthcheck", "--port", str(free_port())],
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=20,
-        check=False,
+    result = finished(
+        [sys.executable, "-X", "importtime", "app.py", "healthcheck", "--port", str(free_port())]
     )
     assert result.returncode == 1  # nothing listens there
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
