@@ -94,13 +94,16 @@ def test_image_and_context_carry_every_module_and_nothing_else() -> None:
 
 
 def test_runs_as_numeric_non_root_user_owning_the_data_directory() -> None:
-    """USER is numeric and not root, and /data is created owned by it; no VOLUME (it made an
-    anonymous volume for every container, pets in memory or not)."""
+    """USER is numeric and not root, and /data is created owned by it, its group root's and
+    writable by that group (an arbitrary uid in group 0, as OpenShift runs images, writes it
+    too: the image test checks); no VOLUME (it made an anonymous volume for every container,
+    pets in memory or not)."""
     runtime = stages()[-1]
     user = arguments(runtime, "USER")[-1]
     assert re.fullmatch(r"[0-9]+(:[0-9]+)?", user), user
-    assert int(user.split(":")[0]) != 0
-    assert any(f"chown {user} /data" in args for args in arguments(runtime, "RUN"))
+    uid = user.split(":")[0]
+    assert int(uid) != 0
+    assert any(f"chown {uid}:0 /data && chmod 2775 /data" in a for a in arguments(runtime, "RUN"))
     assert not arguments(runtime, "VOLUME")
 
 

@@ -21,7 +21,7 @@ cleanup() {
     if ((${#started[@]})); then
         podman rm --force --time 0 "${started[@]}" >/dev/null 2>&1 || true
     fi
-    podman volume rm --force "$volume" >/dev/null 2>&1 || true
+    podman volume rm --force "$volume" "$volume-any" >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -112,6 +112,12 @@ fi
 [[ $out == *"petstore: --port: expected an integer from 0 to 65535, got 'nope'"* ]] ||
     fail "podman run $image --port nope: not the service's refusal: $out"
 ok "flags after the image's name reach the service"
+
+# An arbitrary uid in group 0 (as OpenShift runs images) can write /data on a new volume too.
+quietly podman run --rm --user 123456:0 --volume "$volume-any:/data" --entrypoint python \
+    "$image" -c "open('/data/pets.jsonl', 'x').close()" ||
+    fail "an arbitrary uid in group 0 could not write /data (its error above)"
+ok "an arbitrary uid in group 0 writes /data"
 
 # The container's main process, seen from the host (rootful podman: same uids, same /proc).
 pid=$(podman inspect --format '{{.State.Pid}}' "$name")
