@@ -86,7 +86,11 @@ class AccessLog:
         self.journal = journal
         self.counts = counts
         self.json_lines = json_lines
-        self.secrets = tuple(secrets)
+        # Each secret as the lines write it: a path is escaped in the text (a password may
+        # hold a quote), and JSON escapes its own; redacted in the chunk, longest first.
+        escape = _json_escaped if json_lines else _escaped
+        written = {form for secret in secrets if secret for form in (secret, escape(secret))}
+        self.secrets = tuple(sorted(written, key=lambda form: (-len(form), form)))
         self.entries: list[_Entry] = []
         self.id_prefix = token_hex(4).encode() + b"-"
         self.id_blocks = itertools.count(1)  # of 256 ids: the counter's digits but the last two
@@ -212,14 +216,17 @@ class AccessLog:
         except (OSError, ValueError) as error:
             self._stop(error)
 
-    def announce(self, text: str) -> None:
+    def announce(self, text: str) -> bool:
         """Write the service's own lines on stdout (the ready line, a generated key's), before
-        any line of the access log. If stdout can't be written, it is said once and the access
-        log stops, as when a write of its lines fails; the service goes on serving."""
+        any line of the access log; whether they were written. If stdout can't be written, it
+        is said once and the access log stops, as when a write of its lines fails; the service
+        goes on serving."""
         try:
             write_stdout(text)
         except (OSError, ValueError) as error:
             self._stop(error)
+            return False
+        return True
 
     def _stop(self, error: Exception) -> None:
         """stdout is closed, or its reader gone: keep serving, and stop noting lines."""
@@ -272,6 +279,11 @@ def cut_off() -> Response:
         "The service stopped before this request was answered; it may be retried",
         {"Connection": "close"},
     )
+
+
+def _json_escaped(text: str) -> str:
+    """`text` as it is inside a JSON string msgspec writes."""
+    return _access_line_encoder.encode(text).decode()[1:-1]
 
 
 def _escaped(text: str) -> str:

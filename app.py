@@ -341,7 +341,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     def announce(ready_line: str) -> None:  # a generated key only once the start succeeded
-        app.access_log.announce(key_line + ready_line)
+        if not app.access_log.announce(key_line + ready_line) and key_line:
+            logging.getLogger("petstore").error(
+                "the generated API key could not be shown (stdout can't be written), so no"
+                " request can be authorized: configure a key (--api-key, PETSTORE_API_KEYS)"
+            )
 
     # The stack itself: Petstore's own call is one await more a request.
     try:
@@ -362,8 +366,9 @@ def _reloading() -> bool:
     """Whether uvicorn runs us under --reload: one process at a time, started again on a
     change, where pets in memory are fine. Its worker can't tell that from --workers but by
     the command line it inherits (multiprocessing's spawn passes it on) or uvicorn's variable."""
-    flags = any(arg == "--reload" or arg.startswith("--reload-") for arg in sys.argv)
-    return flags or os.environ.get("UVICORN_RELOAD", "").lower() in ("1", "true", "yes", "on")
+    # Only --reload itself: --reload-dir and the like reload nothing without it.
+    variable = os.environ.get("UVICORN_RELOAD", "").lower()
+    return "--reload" in sys.argv or variable in ("1", "true", "yes", "on")
 
 
 def __getattr__(name: str) -> Any:

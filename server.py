@@ -255,6 +255,10 @@ def _guard(timeout: float, offers_close: bool, refused: Refused) -> type[StallGu
     return type("StallGuard", (StallGuard,), attributes)
 
 
+# How long a forced stop waits for the requests it cut off to send their 500.
+_CUT_OFF_SECONDS: Final = 1.0
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server that says where it listens once it does, and turns /readyz to 503 as
     soon as shutdown begins."""
@@ -279,10 +283,16 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)
-        if self.force_exit:
+        if self.force_exit and not self.lifespan.shutdown_event.is_set():
             # Ctrl-C twice: uvicorn stops waiting for the requests in flight, and skipped the
             # lifespan's end too, whose task asyncio.run then cancelled with a traceback. The
-            # store is closed and the access log written all the same.
+            # requests are cut off now (each answers its 500, as at the grace's end), and then
+            # the store is closed and the access log written, their lines in it.
+            tasks = list(self.server_state.tasks)
+            for task in tasks:
+                task.cancel(msg="Task cancelled, the shutdown forced")
+            if tasks:
+                await asyncio.wait(tasks, timeout=_CUT_OFF_SECONDS)
             await self.lifespan.shutdown()
 
     def handle_exit(self, sig: int, frame: Any) -> None:

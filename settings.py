@@ -59,20 +59,33 @@ class Settings:
         return tuple(sorted(secrets, key=lambda secret: (-len(secret), secret)))
 
 
+# What an unknown argument must look like to be shown: a long flag's name, lower case.
+_FLAG_NAME: Final = re.compile(r"--[a-z][a-z0-9-]{0,30}")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
-        raise SettingsError(message)
+        # What argparse quotes is a value given (`-hKEY`: "ignored explicit argument 'KEY'").
+        raise SettingsError(re.sub(r"'[^']*'", "(not shown)", message))
 
     def parse_flags(self, argv: Sequence[str]) -> argparse.Namespace:
-        """The flags; what is not one of them is refused by its name alone, never its value:
-        a mistyped `--api-kye KEY` must not print the key."""
+        """The flags. An argument that is none of them is never shown, for it may be a key (a
+        mistyped `--api-kye KEY`, a value that begins with `-`, `"--api-key KEY"` as one
+        argument), unless it is a flag's name close to one of ours."""
         flags, unknown = self.parse_known_args(argv)
         if unknown:
-            names = [item.partition("=")[0] for item in unknown if item.startswith("-")]
-            values = len(unknown) - len(names)
-            shown = [f"unknown flag {' '.join(names)}"] if names else []
-            if values:
-                shown.append(f"{values} value{'s' * (values > 1)} no flag takes (not shown)")
+            ours = [name for action in self._actions for name in action.option_strings]
+            shown, hidden = [], 0
+            for item in unknown:
+                name = item.partition("=")[0]
+                close = difflib.get_close_matches(name, ours, n=1, cutoff=0.75)
+                if _FLAG_NAME.fullmatch(name) and close:
+                    shown.append(f"unknown flag {name} (did you mean {close[0]}?)")
+                else:
+                    hidden += 1
+            if hidden:
+                plural = "s" * (hidden > 1)
+                shown.append(f"{hidden} argument{plural} no flag takes (not shown: a key?)")
             raise SettingsError("; ".join(shown))
         return flags
 
@@ -134,7 +147,9 @@ def _given(text: str, name: str) -> str:
 def _host(text: str, name: str) -> str:
     """A host name or address; `[::1]` is ::1, as the ready line writes it."""
     host = _given(text, name)
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if host.startswith("[") and host.endswith("]"):
+        host = _given(host[1:-1], name)  # `[]` is empty too
+    return host
 
 
 def _root_path(text: str, name: str) -> str:
@@ -288,7 +303,7 @@ def load_settings(
         if (flag := getattr(flags, field)) is not None:
             sources[field] = "--" + field.replace("_", "-")
             values[field] = parse(flag, sources[field])
-        elif variable in environ:
+        elif variable in environ and not _service_link(variable, environ):
             sources[field] = variable
             values[field] = parse(environ[variable], variable)
     if "data" in values and "database" in values:
@@ -299,6 +314,19 @@ def load_settings(
     return Settings(**values)
 
 
+# Kubernetes gives each container variables for every Service of its namespace: one named
+# `petstore` makes PETSTORE_PORT=tcp://10.0.0.7:8000, PETSTORE_SERVICE_HOST and the like.
+_SERVICE_LINK: Final = re.compile(
+    r"PETSTORE_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_\w+)?)"
+)
+_SERVICE_LINK_PORT: Final = re.compile(r"(tcp|udp|sctp)://\S+:\d+")
+
+
+def _service_link(variable: str, environ: Mapping[str, str]) -> bool:
+    """Whether the variable is Kubernetes' service link rather than a setting."""
+    return variable == "PETSTORE_PORT" and bool(_SERVICE_LINK_PORT.fullmatch(environ[variable]))
+
+
 # Shorter keys get a warning at start (`cautions`).
 KEY_LENGTH_ADVISED: Final = 16
 
@@ -306,7 +334,8 @@ KEY_LENGTH_ADVISED: Final = 16
 def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     """What the start warns of without refusing: short keys (easy to guess, and every log line
     writes `[redacted]` wherever their text appears: `admin` in each /_admin path), and
-    PETSTORE_* variables that are no setting (a misspelt one is otherwise silently ignored)."""
+    PETSTORE_* variables that are no setting (a misspelt one is otherwise silently ignored),
+    and Kubernetes' service links, which are ignored."""
     found = [
         f"{kind} key #{number} is {len(key)} characters long: a short key is easy to guess, "
         f"and the logs write [redacted] wherever its text appears; use {KEY_LENGTH_ADVISED} "
@@ -321,7 +350,14 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
         "PETSTORE_ADMIN_KEYS",
         "PETSTORE_CORS_ORIGINS",
     }
+    if "PETSTORE_PORT" in environ and _service_link("PETSTORE_PORT", environ):
+        found.append(
+            "PETSTORE_PORT is Kubernetes' service link for a Service named petstore, not a port:"
+            " it is ignored (the pod's enableServiceLinks: false leaves it out)"
+        )
     for name in sorted(environ):
+        if _SERVICE_LINK.fullmatch(name):
+            continue
         if name.startswith("PETSTORE_") and name not in known:
             # Compared without the prefix they share, which would make them all alike.
             close = difflib.get_close_matches(name[9:], [variable[9:] for variable in known], n=1)

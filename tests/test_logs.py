@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -366,6 +367,29 @@ async def test_the_database_password_is_kept_out_of_the_access_log_and_the_journ
     assert [entry["path"] for entry in entries] == ["/v1/pets/[redacted]", "/v1/pets"]
     assert entries[1]["query"] == "name=[redacted]"
     assert entries[1]["requestId"] == "[redacted]"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_a_password_the_lines_escape_is_still_redacted(log_format: str) -> None:
+    """A password with a quote, a backslash and a letter past ASCII in a path: the text log
+    escapes that path and JSON escapes its own, so the password is looked for as they write
+    it (it was redacted only as sent, and went out escaped)."""
+    escaped_on_output = 's3cr"et\\p\u00e4ss-42'
+    settings = Settings(
+        api_keys=(KEY,),
+        database=f"postgresql://petstore:{urllib.parse.quote(escaped_on_output)}@db.internal/petstore",
+        log_format=log_format,
+    )
+    access_log = io.StringIO()
+    petstore = create_app(settings, MemoryStore(), access_log=access_log)
+    async with serving(petstore) as client:
+        await client.get(f"/v1/pets/{urllib.parse.quote(escaped_on_output)}")
+    petstore.access_log.flush()
+    (line,) = access_log.getvalue().splitlines()
+    path = line.split('"')[1] if log_format == "text" else json.loads(line)["path"]
+    assert path.endswith("/v1/pets/[redacted]"), line
+    assert "s3cr" not in line
 
 
 def test_no_key_in_uvicorn_s_trace_lines(start_server: ServerFactory) -> None:

@@ -434,11 +434,29 @@ def test_bad_setting_stops_the_start_with_one_line(
 
 REFUSALS = [
     pytest.param(
-        ["--api-kye", "Secret-123"], {}, "unknown flag --api-kye; 1 value no flag takes (not shown)"
+        ["--api-kye", "Secret-123"],
+        {},
+        "unknown flag --api-kye (did you mean --api-key?); 1 argument no flag takes (not shown:"
+        " a key?)",
     ),
-    pytest.param(["--api-kye=Secret-123"], {}, "unknown flag --api-kye"),
-    pytest.param(["--api-key", "k", "Secret-123"], {}, "1 value no flag takes (not shown)"),
-    pytest.param(["--po", "0"], {}, "unknown flag --po; 1 value no flag takes (not shown)"),
+    pytest.param(["--api-kye=Secret-123"], {}, "unknown flag --api-kye (did you mean --api-key?)"),
+    pytest.param(
+        ["--api-key", "k", "Secret-123"], {}, "1 argument no flag takes (not shown: a key?)"
+    ),
+    pytest.param(["--api-key Secret-123"], {}, "1 argument no flag takes (not shown: a key?)"),
+    pytest.param(
+        ["--api-kye", "-Secret-123"],
+        {},
+        "unknown flag --api-kye (did you mean --api-key?); 1 argument no flag takes (not shown:"
+        " a key?)",
+    ),
+    pytest.param(["--bogus", "--secret-123"], {}, "2 arguments no flag takes (not shown: a key?)"),
+    pytest.param(["-hSecret-123"], {}, "argument -h/--help: ignored explicit argument (not shown)"),
+    pytest.param(
+        ["--po", "0"],
+        {},
+        "unknown flag --po (did you mean --port?); 1 argument no flag takes (not shown: a key?)",
+    ),
     pytest.param(
         [],
         {"PETSTORE_DATA": ""},
@@ -446,6 +464,11 @@ REFUSALS = [
     ),
     pytest.param(
         ["--host", ""], {}, "--host is empty: give a value, or leave it out for the default"
+    ),
+    pytest.param(
+        [],
+        {"PETSTORE_HOST": "[]"},
+        "PETSTORE_HOST is empty: give a value, or leave it out for the default",
     ),
     pytest.param(
         ["--data", "pets.jsonl"],
@@ -495,3 +518,26 @@ def test_the_log_levels_are_uvicorn_s() -> None:
     """settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps
     them through uvicorn's table."""
     assert list(LOG_LEVELS) == list(uvicorn.config.LOG_LEVELS)
+
+
+def test_kubernetes_service_links_are_no_settings() -> None:
+    """A Service named `petstore` gives every container of its namespace PETSTORE_PORT=tcp://...
+    (and PETSTORE_SERVICE_HOST, ...): that stopped the start as a port that is no number. It
+    is ignored, with one caution; the others are not named."""
+    environ = {
+        "PETSTORE_PORT": "tcp://10.0.0.7:8000",
+        "PETSTORE_PORT_8000_TCP": "tcp://10.0.0.7:8000",
+        "PETSTORE_PORT_8000_TCP_ADDR": "10.0.0.7",
+        "PETSTORE_PORT_8000_TCP_PORT": "8000",
+        "PETSTORE_PORT_8000_TCP_PROTO": "tcp",
+        "PETSTORE_SERVICE_HOST": "10.0.0.7",
+        "PETSTORE_SERVICE_PORT": "8000",
+        "PETSTORE_SERVICE_PORT_HTTP": "8000",
+    }
+    settings = load_settings(["--api-key", "k" * 16], environ)
+    assert settings.port == 8000
+    assert cautions(settings, environ) == [
+        "PETSTORE_PORT is Kubernetes' service link for a Service named petstore, not a port: it"
+        " is ignored (the pod's enableServiceLinks: false leaves it out)"
+    ]
+    assert load_settings([], {**environ, "PETSTORE_PORT": "9000"}).port == 9000
