@@ -343,11 +343,15 @@ WORKERS_REFUSED = (
 )
 
 
-def test_uvicorn_with_two_workers_over_memory_says_why_it_is_refused(launch: Launcher) -> None:
-    """`uvicorn app:app --workers 2` without a data file prints a clear refusal."""
+@pytest.mark.parametrize("extra", [[], ["--reload-dir", "."]], ids=["workers", "reload-dir"])
+def test_uvicorn_with_two_workers_over_memory_says_why_it_is_refused(
+    launch: Launcher, extra: list[str]
+) -> None:
+    """`uvicorn app:app --workers 2` without a data file prints a clear refusal; so it does
+    with `--reload-dir`, which reloads nothing without `--reload`."""
     port = free_port()
     server = launch(
-        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2"],
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2", *extra],
         {"PETSTORE_API_KEYS": "k"},
         port,
     )
