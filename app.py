@@ -380,7 +380,12 @@ def __getattr__(name: str) -> Any:
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         start_logging(settings, uvicorn_too=settings.log_format == "json")
         in_memory = settings.data is None and settings.database is None
-        if multiprocessing.parent_process() is not None and in_memory and not _reloading():
+        several = multiprocessing.parent_process() is not None and not _reloading()
+        if several and key_line:
+            raise SettingsError(
+                "several workers would each make their own key: configure one (PETSTORE_API_KEYS)"
+            )
+        if several and in_memory:
             raise SettingsError(
                 "several workers would each keep their own in-memory pets: run one worker"
             )

@@ -359,6 +359,21 @@ def test_uvicorn_with_two_workers_over_memory_says_why_it_is_refused(
     assert not answers(server.base_url)
 
 
+def test_uvicorn_with_two_workers_and_no_key_says_why_it_is_refused(launch: Launcher) -> None:
+    """Several workers with no key configured: each would make its own, and a request would be
+    accepted by one worker and refused by the next."""
+    port = free_port()
+    server = launch(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2"],
+        {},
+        port,
+    )
+    refusal = "petstore: several workers would each make their own key: configure one"
+    wait_until(lambda: f"{refusal} (PETSTORE_API_KEYS)" in server.stderr.splitlines(), refusal)
+    assert "this run accepts" not in server.stdout
+    assert not answers(server.base_url)
+
+
 def test_uvicorn_with_two_workers_over_memory_is_refused_and_stops(launch: Launcher) -> None:
     """Several workers over memory: each says why and the whole start stops, no restart loop."""
     port = free_port()
