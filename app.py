@@ -14,7 +14,6 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import os
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -33,11 +32,11 @@ from faults import Faults
 from healthcheck import main as healthcheck
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
-from logs import access_log_stream, configure_logging
+from logs import access_log_stream, start_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
-from opening import open_store
+from opening import check_workers, open_store
 from parsing import (
     decode_new_pet,
     idempotency_key,
@@ -67,7 +66,7 @@ from schemas import (
     encoder,
 )
 from server import StallGuard, bound_socket, serve
-from settings import Settings, SettingsError, cautions, load_settings, with_key
+from settings import Settings, SettingsError, load_settings, with_key
 from store import PetStore
 
 __all__ = ["Petstore", "StallGuard", "create_app", "main"]  # StallGuard: `--http app:StallGuard`
@@ -312,13 +311,6 @@ def build(settings: Settings) -> Petstore:
     return create_app(settings, open_store(settings), access_log=access_log_stream(settings))
 
 
-def start_logging(settings: Settings, *, uvicorn_too: bool = True) -> None:
-    """The logs set up (logs.configure_logging), and their first lines: the settings' cautions."""
-    configure_logging(settings, uvicorn_too=uvicorn_too)
-    for caution in cautions(settings, os.environ):
-        logging.getLogger("petstore").warning("%s", caution)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """`python app.py [flags]`: serve until SIGTERM or Ctrl-C. `python app.py healthcheck
     [flags]`: whether the service these settings describe answers /healthz (exit 0 or 1)."""
@@ -333,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings, key_line = with_key(load_settings(argv, os.environ))
-        start_logging(settings)  # with the key made just now, which Redact keeps out
+        start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
         sock = bound_socket(settings)  # before the store loads: an address in use says so first
         app = build(settings)
     except SettingsError as error:
@@ -362,15 +354,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _reloading() -> bool:
-    """Whether uvicorn runs us under --reload: one process at a time, started again on a
-    change, where pets in memory are fine. Its worker can't tell that from --workers but by
-    the command line it inherits (multiprocessing's spawn passes it on) or uvicorn's variable."""
-    # Only --reload itself: --reload-dir and the like reload nothing without it.
-    variable = os.environ.get("UVICORN_RELOAD", "").lower()
-    return "--reload" in sys.argv or variable in ("1", "true", "yes", "on")
-
-
 def __getattr__(name: str) -> Any:
     """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use only."""
     if name != "app":
@@ -378,17 +361,8 @@ def __getattr__(name: str) -> Any:
     try:
         settings, key_line = with_key(load_settings([], os.environ))
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
-        start_logging(settings, uvicorn_too=settings.log_format == "json")
-        in_memory = settings.data is None and settings.database is None
-        several = multiprocessing.parent_process() is not None and not _reloading()
-        if several and key_line:
-            raise SettingsError(
-                "several workers would each make their own key: configure one (PETSTORE_API_KEYS)"
-            )
-        if several and in_memory:
-            raise SettingsError(
-                "several workers would each keep their own in-memory pets: run one worker"
-            )
+        start_logging(settings, os.environ, uvicorn_too=settings.log_format == "json")
+        check_workers(settings, generated_key=bool(key_line))
         app = build(settings)
         if key_line:  # uvicorn listens only once we are built: said before that, once
             app.access_log.announce(key_line)

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TextIO
 
 import msgspec
@@ -21,7 +21,7 @@ import uvicorn.config
 from uvicorn.config import LOG_LEVELS
 
 from journal import redact, rfc3339
-from settings import Settings
+from settings import Settings, cautions
 
 logger = logging.getLogger("petstore")
 
@@ -233,6 +233,15 @@ def configure_logging(settings: Settings, *, uvicorn_too: bool = True) -> None:
         for name in ("uvicorn", "uvicorn.access"):
             for handler in logging.getLogger(name).handlers:
                 handler.addFilter(redact)
+
+
+def start_logging(
+    settings: Settings, environ: Mapping[str, str], *, uvicorn_too: bool = True
+) -> None:
+    """The logs set up (configure_logging), and their first lines: the settings' cautions."""
+    configure_logging(settings, uvicorn_too=uvicorn_too)
+    for caution in cautions(settings, environ):
+        logger.warning("%s", caution)
 
 
 def write_stdout(text: str) -> None:

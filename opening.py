@@ -1,9 +1,13 @@
 """Opening the store the settings ask for: in memory, a data file or a database, loaded and
-seeded, with a SettingsError (one line) saying why it can't be."""
+seeded, with a SettingsError (one line) saying why it can't be; and the uvicorn workers that
+can't share it."""
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import sys
 
 import msgspec
 
@@ -28,6 +32,30 @@ def _read_seed(path: str) -> list[SeedPet]:
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         reason = not_json_reason(error)
         raise SettingsError(f"seed file {path}: not a JSON array of pets: {reason}") from None
+
+
+def check_workers(settings: Settings, *, generated_key: bool) -> None:
+    """Under `uvicorn app:app`, refuse a worker that has siblings (--workers) where each would
+    go its own way: over pets in memory, or with a key it made itself."""
+    if multiprocessing.parent_process() is None or _reloading():
+        return
+    if generated_key:
+        raise SettingsError(
+            "several workers would each make their own key: configure one (PETSTORE_API_KEYS)"
+        )
+    if settings.data is None and settings.database is None:
+        raise SettingsError(
+            "several workers would each keep their own in-memory pets: run one worker"
+        )
+
+
+def _reloading() -> bool:
+    """Whether uvicorn runs us under --reload: one process at a time, started again on a
+    change, where pets in memory are fine. Its worker can't tell that from --workers but by
+    the command line it inherits (multiprocessing's spawn passes it on) or uvicorn's variable."""
+    # Only --reload itself: --reload-dir and the like reload nothing without it.
+    variable = os.environ.get("UVICORN_RELOAD", "").lower()
+    return "--reload" in sys.argv or variable in ("1", "true", "yes", "on")
 
 
 def open_store(settings: Settings) -> PetStore:
