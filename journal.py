@@ -157,12 +157,7 @@ class Journal:
         return redact(text, self.secrets)
 
     def _redact_encoded(self, text: str, decode: Callable[[str], str]) -> str:
-        """The text as sent, or decoded when a key hides in its encoding (a query's or a
-        header's percent-encoding, a body's JSON escapes): redacted either way."""
-        text = self._redact(text)
-        decoded = decode(text)
-        redacted = self._redact(decoded)
-        return redacted if redacted != decoded else text
+        return redact_encoded(text, self.secrets, decode)
 
     def _redact_name(self, name: str) -> str:
         """A header's name, which the server lower-cases, with any key in it redacted."""
@@ -226,6 +221,15 @@ def _unescaped(text: str) -> str:
     return _JSON_ESCAPE.sub(
         lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2]), text
     )
+
+
+def redact_encoded(text: str, secrets: Iterable[str], decode: Callable[[str], str]) -> str:
+    """The text as sent, or decoded when a key hides in its encoding (a query's or a header's
+    percent-encoding, a body's JSON escapes): redacted either way."""
+    text = redact(text, secrets)
+    decoded = decode(text)
+    redacted = redact(decoded, secrets)
+    return redacted if redacted != decoded else text
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

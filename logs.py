@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TextIO
 
@@ -20,7 +21,7 @@ import msgspec
 import uvicorn.config
 from uvicorn.config import LOG_LEVELS
 
-from journal import redact, rfc3339
+from journal import redact, redact_encoded, rfc3339
 from settings import Settings, cautions
 
 logger = logging.getLogger("petstore")
@@ -39,7 +40,14 @@ class Redact(logging.Filter):
         self.secrets = tuple(secret for secret in secrets if secret)
 
     def redact(self, text: str) -> str:
-        return redact(text, self.secrets)
+        """`text` with each secret in it redacted, as written or percent-encoded: a client may
+        encode any character of a key, and uvicorn's access line and trace lines keep a query
+        as it was sent (the line is then given decoded, its secrets redacted)."""
+        text = redact(text, self.secrets)
+        if "%" in text or "+" in text:
+            for decode in (urllib.parse.unquote, urllib.parse.unquote_plus):
+                text = redact_encoded(text, self.secrets, decode)
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
@@ -49,8 +57,9 @@ class Redact(logging.Filter):
         if isinstance(record.args, tuple):  # kept a tuple: uvicorn's access formatter reads it
             record.args = tuple(self.redact(a) if isinstance(a, str) else a for a in record.args)
         message = record.getMessage()
-        if any(secret in message for secret in self.secrets):  # in a dict, bytes, ...
-            record.msg, record.args = self.redact(message), None
+        redacted = self.redact(message)  # in a dict, bytes, ...
+        if redacted != message:
+            record.msg, record.args = redacted, None
         if record.exc_info and not record.exc_text:
             record.exc_text = self.redact(logging.Formatter().formatException(record.exc_info))
         return True

@@ -333,6 +333,15 @@ def test_redact_keeps_every_secret_out_of_a_record() -> None:
     failed = formatted("failed", (), ValueError(f"no pet {ADMIN_KEY}"))
     assert failed == "failed\nValueError: no pet [redacted]"
     assert formatted("GET %s %d", ("/v1/pets", 200)) == "GET /v1/pets 200"
+    # Percent-encoded, any character of it: the line is given decoded, the secret redacted.
+    encoded = KEY.replace("-", "%2D").replace("0", "%30")
+    access = formatted('%s - "%s %s" %d', ("127.0.0.1", "GET", f"/x?k={encoded}&q=a+b", 404))
+    assert access == '127.0.0.1 - "GET /x?k=[redacted]&q=a+b" 404'
+    spaced = Redact(["one two three four"])
+    assert spaced.redact("q=one+two+three+four&x=%7E") == "q=[redacted]&x=~"
+    trace = formatted("scope=%s", ({"query_string": f"k={encoded}".encode()},))
+    assert trace == "scope={'query_string': b'k=[redacted]'}"
+    assert formatted("%d%% done, 100%% sure", (50,)) == "50% done, 100% sure"
     assert Settings(api_keys=("a",), database="postgresql://u:p%40ss@h/d").secrets == (
         "p%40ss",
         "p@ss",
@@ -415,12 +424,19 @@ def test_no_key_in_uvicorn_s_access_log_under_uvicorn_app(launch: Launcher) -> N
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)]
     server = launch(argv, {"PETSTORE_API_KEYS": KEY}, port)
     server.wait_ready()
+    encoded = "".join(f"%{byte:02X}" for byte in KEY.encode())  # each character encoded
     with server.client() as http:
         http.get("/nothing", params={"token": KEY})
-    wait_until(lambda: "/nothing?token=" in server.stdout + server.stderr, "uvicorn's line")
+        http.get(f"/encoded?token={encoded}")
+        http.get(f"/encoded/{encoded}")
+    wait_until(lambda: "/encoded/" in server.stdout + server.stderr, "uvicorn's lines")
     assert server.stop() in (0, -15)
-    assert '"GET /nothing?token=[redacted] HTTP/1.1" 404' in server.stdout + server.stderr
-    assert KEY not in server.stdout + server.stderr
+    output = server.stdout + server.stderr
+    assert '"GET /nothing?token=[redacted] HTTP/1.1" 404' in output
+    assert '"GET /encoded?token=[redacted] HTTP/1.1" 404' in output
+    assert '"GET /encoded/[redacted] HTTP/1.1" 404' in output
+    assert KEY not in output
+    assert encoded not in output
 
 
 @pytest.mark.anyio
