@@ -60,9 +60,8 @@ def describe(url: str) -> str:
     """The URL as logs may show it: host, port and database, never the user's password."""
     parts = urllib.parse.urlsplit(url)
     query = urllib.parse.parse_qs(parts.query)
-    host = parts.hostname or "".join(query.get("host", [])) or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{host}{port}{parts.path or '/'}"
+    hosts = parts.netloc.rpartition("@")[2]  # one HOST:PORT, or several joined by commas
+    return f"{hosts or ''.join(query.get('host', [])) or 'localhost'}{parts.path or '/'}"
 
 
 @dataclass(slots=True)

@@ -46,17 +46,24 @@ class Settings:
     database: str | None = dataclasses.field(
         default=None, repr=False
     )  # a libpq URL: it may hold a password
+    # The environment's PGPASSWORD, which the driver reads when the URL has no password.
+    pgpassword: str | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def database_password(self) -> str | None:
+        """The password the driver is given: the URL's (decoded), else PGPASSWORD's."""
+        password = urllib.parse.urlsplit(self.database).password if self.database else None
+        return urllib.parse.unquote(password) if password else self.pgpassword
 
     @property
     def secrets(self) -> tuple[str, ...]:
         """What no log line and no journal entry may show: the keys of both kinds and the
         database's password (as the URL writes it and as it is), longest first."""
-        password = urllib.parse.urlsplit(self.database).password if self.database else None
-        passwords = (password, urllib.parse.unquote(password)) if password else ()
+        encoded = urllib.parse.urlsplit(self.database).password if self.database else None
+        given = (*self.api_keys, *self.admin_keys, encoded, self.database_password)
         # Longest first: a key inside another (an API key within an admin key) would leave the
         # rest of the longer one around its `[redacted]`.
-        secrets = {*self.api_keys, *self.admin_keys, *passwords}
-        return tuple(sorted(secrets, key=lambda secret: (-len(secret), secret)))
+        return tuple(sorted({s for s in given if s}, key=lambda secret: (-len(secret), secret)))
 
 
 # What an unknown argument must look like to be shown: a long flag's name, lower case.
@@ -177,17 +184,30 @@ def _switch(text: str, name: str) -> bool:
 
 
 def _database_url(text: str, name: str) -> str:
-    # The message never shows the text: it may hold a password.
+    """A libpq URL, one host or several (`HOST:PORT,HOST:PORT`). The messages never show the
+    text: it may hold a password."""
     scheme, _, rest = _given(text, name).partition("://")
-    try:
-        urllib.parse.urlsplit(text).port  # noqa: B018 - a port that is not a number raises
-    except ValueError:
-        rest = ""
-    if scheme not in ("postgresql", "postgres") or not rest:
+    authority = re.split("[/?#]", rest, maxsplit=1)[0]
+    userinfo, _, hosts = authority.rpartition("@")
+    # The driver reads the user's part up to the first @, urllib up to the last, and a # ends
+    # it for both: what it holds past such a character would be written in logs as a host.
+    if "@" in userinfo or "#" in rest:
+        raise SettingsError(
+            f"{name}: write an @, #, / or ? in the password as %40, %23, %2F or %3F"
+        )
+    # What follows each host's last colon, past an IPv6 address's brackets: its port.
+    ports = [host.rpartition(":")[2] for host in hosts.split(",") if ":" in host.split("]")[-1]]
+    if scheme not in ("postgresql", "postgres") or not rest or not all(map(_port, ports)):
         raise SettingsError(
             f"{name}: expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+            " (an @, #, / or ? in the password written %40, %23, %2F or %3F)"
         )
     return text
+
+
+def _port(text: str) -> bool:
+    """Whether this is what follows a host's last colon in a URL: a port, or nothing."""
+    return not text or (text.isdigit() and int(text) <= 65535)
 
 
 def _seconds(text: str, name: str) -> float:
@@ -311,6 +331,8 @@ def load_settings(
             f"{sources['data']} and {sources['database']}: pets live in a file or in a"
             " database, not both"
         )
+    if "database" in values and environ.get("PGPASSWORD"):
+        values["pgpassword"] = environ["PGPASSWORD"]
     return Settings(**values)
 
 
@@ -332,17 +354,20 @@ KEY_LENGTH_ADVISED: Final = 16
 
 
 def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
-    """What the start warns of without refusing: short keys (easy to guess, and every log line
-    writes `[redacted]` wherever their text appears: `admin` in each /_admin path), and
-    PETSTORE_* variables that are no setting (a misspelt one is otherwise silently ignored),
-    and Kubernetes' service links, which are ignored."""
+    """What the start warns of without refusing: short keys and a short database password
+    (easy to guess, and every log line writes `[redacted]` wherever their text appears: `admin`
+    in each /_admin path, `pets` in each /v1/pets), PETSTORE_* variables that are no setting (a
+    misspelt one is otherwise silently ignored), and Kubernetes' service links (ignored)."""
+    secrets = [
+        *((f"API key #{n}", "key", key) for n, key in enumerate(settings.api_keys, 1)),
+        *((f"admin key #{n}", "key", key) for n, key in enumerate(settings.admin_keys, 1)),
+        ("the database's password", "password", settings.database_password or "-" * 16),
+    ]
     found = [
-        f"{kind} key #{number} is {len(key)} characters long: a short key is easy to guess, "
-        f"and the logs write [redacted] wherever its text appears; use {KEY_LENGTH_ADVISED} "
-        "or more"
-        for kind, keys in (("API", settings.api_keys), ("admin", settings.admin_keys))
-        for number, key in enumerate(keys, 1)
-        if len(key) < KEY_LENGTH_ADVISED
+        f"{name} is {len(secret)} characters long: a short {kind} is easy to guess, and the "
+        f"logs write [redacted] wherever its text appears; use {KEY_LENGTH_ADVISED} or more"
+        for name, kind, secret in secrets
+        if len(secret) < KEY_LENGTH_ADVISED
     ]
     known = {variable for _, variable, _ in _SOURCES} | {
         "PETSTORE_API_KEYS",

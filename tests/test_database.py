@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import Petstore, create_app
-from database import DatabaseStore
+from database import DatabaseStore, describe
 from opening import open_store
 from settings import Settings, SettingsError, load_settings
 from tests.conftest import (
@@ -289,15 +289,62 @@ def test_data_and_database_together_are_refused_in_one_line() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["mysql://u:secret@h/db", "secret", "postgresql://", "postgresql://u:secret@h:port/db"]
+    "bad",
+    [
+        "mysql://u:secret@h/db",
+        "secret",
+        "postgresql://",
+        "postgresql://u:secret@h:port/db",
+        "postgresql://u:secret@h1:5432,h2:99999/db",
+        "postgresql://u:sec?ret@h/db",
+    ],
 )
 def test_a_bad_database_url_is_refused_without_showing_it(bad: str) -> None:
     with pytest.raises(SettingsError) as refused:
         load_settings([], {"PETSTORE_DATABASE_URL": bad})
     assert str(refused.value) == (
         "PETSTORE_DATABASE_URL: expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        " (an @, #, / or ? in the password written %40, %23, %2F or %3F)"
     )
     assert "secret" not in repr(load_settings(["--database", "postgresql://u:secret@h/d"], {}))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:sec@ret@h:5432/db",
+        "postgresql://u:sec@ret:1234@h/db",
+        "postgresql://u:1#ret@h/db",
+    ],
+)
+def test_a_password_that_could_be_read_two_ways_is_refused(url: str) -> None:
+    """The driver reads a user's part up to its first @, urllib (which finds the password to
+    redact) up to its last, and a # ends it for both: the rest would have been logged as the
+    host ("database 1234@h/db unavailable"). Refused, saying how to write it."""
+    with pytest.raises(SettingsError) as refused:
+        load_settings([], {"PETSTORE_DATABASE_URL": url})
+    assert str(refused.value) == (
+        "PETSTORE_DATABASE_URL: write an @, #, / or ? in the password as %40, %23, %2F or %3F"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "described"),
+    [
+        ("postgresql://u:secret@db/pets", "db/pets"),
+        ("postgresql://u:secret@db:5433/pets", "db:5433/pets"),
+        ("postgresql://u:secret@one:5432,two:5433/pets", "one:5432,two:5433/pets"),
+        ("postgresql://u:secret@[::1]:5432/pets", "[::1]:5432/pets"),
+        ("postgresql://u:p%40ss@db/pets", "db/pets"),
+        ("postgresql:///pets?host=/run/postgresql", "/run/postgresql/pets"),
+        ("postgresql://u@/pets", "localhost/pets"),
+    ],
+)
+def test_a_good_url_is_taken_and_logs_name_its_hosts_only(url: str, described: str) -> None:
+    """One host or several (libpq's primary and standbys), a port or none, IPv6, a unix
+    socket: taken, and named in logs as HOST:PORT/DATABASE, never with the user's part."""
+    assert load_settings([], {"PETSTORE_DATABASE_URL": url}).database == url
+    assert describe(url) == described
 
 
 # --------------------------------------------------------------------------- real processes
@@ -497,7 +544,7 @@ def test_uvicorn_workers_share_the_database(url: str, launch: Launcher) -> None:
 def test_a_url_the_driver_refuses_stops_the_start_in_one_line(start_server: ServerFactory) -> None:
     """A parameter the driver can't use is a bad setting, not an outage to wait out."""
     server = start_server(
-        "--database", "postgresql://u:sekrit@localhost:1/db?sslmode=bogus", wait=False
+        "--database", "postgresql://u:sekrit-password-0123@localhost:1/db?sslmode=bogus", wait=False
     )
     assert server.process.wait(15) == 2
     assert server.stderr.strip().splitlines() == [

@@ -514,6 +514,25 @@ def test_the_start_cautions_against_short_keys_and_variables_that_are_no_setting
     assert cautions(Settings(api_keys=("k" * 16,)), {"PETSTORE_PORT": "1"}) == []
 
 
+@pytest.mark.parametrize(
+    ("url", "environ"),
+    [("postgresql://u:p%65ts@db/pets", {}), ("postgresql://u@db/pets", {"PGPASSWORD": "pets"})],
+)
+def test_a_short_database_password_is_cautioned_against_and_pgpassword_redacted(
+    url: str, environ: dict[str, str]
+) -> None:
+    """The password `pets` made every /v1/pets `/v1/[redacted]` in the logs, which told it, with
+    no word at start. One given in PGPASSWORD (which the driver reads when the URL has none)
+    was not redacted at all."""
+    settings = load_settings(["--api-key", "k" * 16, "--database", url], environ)
+    assert cautions(settings, environ) == [
+        "the database's password is 4 characters long: a short password is easy to guess, and"
+        " the logs write [redacted] wherever its text appears; use 16 or more"
+    ]
+    assert "pets" in settings.secrets
+    assert load_settings(["--api-key", "k" * 16], {"PGPASSWORD": "pets"}).secrets == ("k" * 16,)
+
+
 def test_the_log_levels_are_uvicorn_s() -> None:
     """settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps
     them through uvicorn's table."""
