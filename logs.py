@@ -205,6 +205,7 @@ def logging_config(settings: Settings) -> dict[str, Any]:
             handler["()"] = unblocked_handler
             del handler["class"]
         config["loggers"]["petstore"] = {"handlers": ["petstore"], **ours}
+        config["root"] = {"handlers": ["petstore"], "level": "WARNING"}
         return config
     uvicorn_loggers = {"handlers": ["json"], "propagate": False}
     return {
@@ -227,6 +228,8 @@ def logging_config(settings: Settings) -> dict[str, Any]:
             "uvicorn.error": {"level": "INFO"},  # to "uvicorn"'s handler
             "uvicorn.access": uvicorn_loggers,
         },
+        # What other libraries log (asyncio, asyncpg) and Python's warnings (captured).
+        "root": {"handlers": ["json"], "level": "WARNING"},
     }
 
 
@@ -236,7 +239,13 @@ def configure_logging(settings: Settings, *, uvicorn_too: bool = True) -> None:
     config = logging_config(settings)
     if not uvicorn_too:
         config["loggers"] = {"petstore": config["loggers"]["petstore"]}
+    # Under `uvicorn app:app`, the levels its --log-level gave its loggers before the import.
+    levels = {name: logging.getLogger(name).level for name in ("uvicorn", "uvicorn.error")}
     logging.config.dictConfig(config)
+    for name, level in levels.items():
+        if level != logging.NOTSET:
+            logging.getLogger(name).setLevel(level)
+    logging.captureWarnings(True)  # a library's warnings.warn (asyncpg's on a loose .pgpass)
     if not uvicorn_too:  # uvicorn's handlers as uvicorn made them, our filter added
         redact = Redact(settings.secrets)
         for name in ("uvicorn", "uvicorn.access"):

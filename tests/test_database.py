@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -552,3 +553,30 @@ def test_a_url_the_driver_refuses_stops_the_start_in_one_line(start_server: Serv
         "one of: disable, allow, prefer, require, verify-ca, verify-full"
     ]
     assert "sekrit" not in server.stdout + server.stderr
+
+
+def test_json_logs_take_a_library_s_warnings_too(
+    url: str, postgres: Cluster, start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """With `--log-format json` every line is one JSON object, a library's too: asyncpg's
+    `warnings.warn` of a password file others may read (it is then not read) went out as two
+    lines of text, past the logs' redaction."""
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"*:*:*:*:{postgres.password}\n")
+    passfile.chmod(0o644)
+    without_password = url.replace(f":{postgres.password}@", "@")
+    server = start_server(
+        "--database",
+        without_password,
+        "--log-format",
+        "json",
+        env={"PGPASSFILE": str(passfile)},
+        wait=False,  # never ready: the password file is not read
+    )
+    wait_until(lambda: "Uvicorn running" in server.stderr, "the start", timeout=15)
+    assert server.stop() in (0, -15)
+    records = [json.loads(line) for line in server.stderr.splitlines()]
+    warnings = [record for record in records if record["logger"] == "py.warnings"]
+    assert len(warnings) == 1, records
+    assert "has group or world access" in warnings[0]["message"]
+    assert warnings[0]["level"] == "WARNING"

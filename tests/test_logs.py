@@ -195,6 +195,22 @@ def test_uvicorn_app_under_json_writes_json_lines(launch: Launcher) -> None:
     assert [line["requestId"] for line in access_lines(server.stdout)] == ["under-uvicorn"]
 
 
+def test_uvicorn_s_log_level_holds_under_json(launch: Launcher) -> None:
+    """`uvicorn app:app --log-level warning` with PETSTORE_LOG_FORMAT=json: the app's logging
+    set-up, at its import, had put uvicorn's loggers back to INFO."""
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--log-level"]
+    server = launch(
+        [*argv, "warning"], {"PETSTORE_LOG_FORMAT": "json", "PETSTORE_API_KEYS": KEY}, port
+    )
+    server.wait_ready()
+    with server.client() as http:
+        http.get("/healthz", headers={"X-Request-Id": "at-warning"})
+    server.wait_for_output("at-warning")  # our access log, on stdout: its own switch
+    assert server.stop() in (0, -15)
+    assert json_lines(server.stderr) == []
+
+
 def test_no_key_in_any_line_after_refusals_and_a_failed_write(
     tmp_path: Path, launch: Launcher
 ) -> None:
