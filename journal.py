@@ -237,5 +237,9 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     lines and every other log line keep keys out this way)."""
     for secret in secrets:
         if secret in text:  # one scan a secret; a copy only when it is there
-            text = text.replace(secret, REDACTED)
+            if secret in REDACTED:  # a piece of the mark ("e"): the marks already made stay
+                pieces = text.split(REDACTED)
+                text = REDACTED.join(piece.replace(secret, REDACTED) for piece in pieces)
+            else:
+                text = text.replace(secret, REDACTED)
     return text

@@ -358,11 +358,25 @@ def test_redact_keeps_every_secret_out_of_a_record() -> None:
     trace = formatted("scope=%s", ({"query_string": f"k={encoded}".encode()},))
     assert trace == "scope={'query_string': b'k=[redacted]'}"
     assert formatted("%d%% done, 100%% sure", (50,)) == "50% done, 100% sure"
-    assert Settings(api_keys=("a",), database="postgresql://u:p%40ss@h/d").secrets == (
-        "p%40ss",
-        "p@ss",
-        "a",
-    )  # longest first: one inside another is not half left
+
+
+def test_redacting_twice_leaves_the_marks_alone() -> None:
+    """A line goes through the filter in pieces and whole (its message, its arguments, the
+    two put together): a key that is a piece of the mark itself (`e`, `act`) was found again
+    inside the marks already written (`k[r[redacted]dact[redacted]d]y` for "key")."""
+    expected = {
+        "e": "k[redacted]y [redacted] and [redacted]",
+        "act": "key [redacted] and [redacted]",
+        "[redacted]": "key [redacted] and [redacted]",
+    }
+    for key, line in expected.items():
+        redact = Redact([KEY, key])
+        record = logging.LogRecord(
+            "t", logging.INFO, __file__, 1, "key %s and %s", (key, KEY), None
+        )
+        assert redact.filter(record) is True
+        assert record.getMessage() == line
+        assert redact.redact(line) == line
 
 
 @pytest.mark.anyio
