@@ -48,6 +48,10 @@ UNAVAILABLE: Final = (
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
     asyncpg.exceptions.InvalidCatalogNameError,  # no such database
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
+    # A table renamed away or dropped, a privilege revoked: unusable until someone puts it back.
+    asyncpg.exceptions.UndefinedTableError,
+    asyncpg.exceptions.UndefinedColumnError,
+    asyncpg.exceptions.InsufficientPrivilegeError,
 )
 CONNECT_SECONDS: Final = 5.0
 STATEMENT_SECONDS: Final = 10.0
@@ -114,17 +118,22 @@ class DatabaseStore:
             thread.submit(asyncio.run, self._prepare_once()).result()
 
     async def _prepare_once(self) -> None:
+        # What the driver or the server refuses for good (the URL's parameters: a bad sslmode,
+        # a setting the server doesn't know) is a bad setting: one line, exit 2.
+        refused = (ValueError, asyncpg.ClientConfigurationError, asyncpg.PostgresError)
         try:
             connection = await asyncpg.connect(self.url, timeout=CONNECT_SECONDS)
-        except (ValueError, asyncpg.ClientConfigurationError) as error:  # the URL's parameters
-            raise DatabaseError(f"database {self.where}: {self._reason(error)}") from None
         except UNAVAILABLE as error:
             self._went_down(error, "waiting for it")
             return
+        except refused as error:
+            raise DatabaseError(f"database {self.where}: {self._reason(error)}") from None
         try:
             await self._prepare(connection)
         except UNAVAILABLE as error:
             self._went_down(error, "waiting for it")
+        except asyncpg.PostgresError as error:
+            raise DatabaseError(f"database {self.where}: {self._reason(error)}") from None
         finally:
             with contextlib.suppress(*UNAVAILABLE):
                 await connection.close(timeout=CONNECT_SECONDS)

@@ -217,16 +217,18 @@ async def test_shutdown_waits_for_creates_queued_behind_a_slow_commit(url: str) 
     assert sorted(answer.json()["id"] for answer in answers) == [1, 2, 3]
 
 
-async def test_a_failing_check_of_the_database_is_an_outage_it_recovers_from(
-    url: str, postgres: Cluster
+@pytest.mark.parametrize("table", ["petstore_ids", "petstore_pets"])
+async def test_a_table_renamed_away_is_an_outage_the_service_recovers_from(
+    url: str, postgres: Cluster, table: str
 ) -> None:
-    """The background check meets an error that is no outage (its table renamed away): readyz
-    and creates answer 503 naming it, and once the table is back the service is ready again.
-    The check had ended at the first such error, leaving readiness as it last was."""
+    """A table renamed away: readyz, creates and reads answer 503 naming it, and once the
+    table is back the service is ready again. The check had ended at the first such error,
+    leaving readiness as it last was; and with petstore_pets away, readyz said ready while
+    every request was a 500."""
     database = Cluster.name(url)
     async with replica(url) as http:
-        assert (await http.get("/readyz")).status_code == 200
-        postgres.sql("ALTER TABLE petstore_ids RENAME TO petstore_ids_away", database)
+        assert (await http.post("/v1/pets", json=REX)).status_code == 201
+        postgres.sql(f"ALTER TABLE {table} RENAME TO {table}_away", database)
 
         async def ready(status: int) -> bool:
             return (await http.get("/readyz")).status_code == status
@@ -235,9 +237,48 @@ async def test_a_failing_check_of_the_database_is_an_outage_it_recovers_from(
         message = assert_error(await http.get("/readyz"), 503, "storage_unavailable")
         assert "UndefinedTableError" in message
         assert_error(await http.post("/v1/pets", json=REX), 503, "storage_unavailable")
-        postgres.sql("ALTER TABLE petstore_ids_away RENAME TO petstore_ids", database)
+        assert_error(await http.get("/v1/pets/1"), 503, "storage_unavailable")
+        assert_error(await http.get("/v1/pets"), 503, "storage_unavailable")
+        postgres.sql(f"ALTER TABLE {table}_away RENAME TO {table}", database)
         await eventually(lambda: ready(200), "readyz 200 again")
         assert (await http.post("/v1/pets", json=REX)).status_code == 201
+        assert (await http.get("/v1/pets/1")).status_code == 200
+
+
+async def test_a_role_that_may_only_use_the_tables_runs_the_service(
+    url: str, postgres: Cluster
+) -> None:
+    """A role with no right to create in the schema (PostgreSQL 15's default for all but its
+    owner) but every right on the tables: the start's CREATE TABLE IF NOT EXISTS was refused
+    even with the tables there, and stopped every start with a traceback."""
+    async with replica(url) as http:
+        assert (await http.post("/v1/pets", json=REX)).status_code == 201
+    role, password = f"user_{next(ROLES)}", "a-password-0123456789"
+    postgres.sql(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+    grant = f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+    postgres.sql(grant, Cluster.name(url))
+    limited = url.replace(f"//petstore:{postgres.password}@", f"//{role}:{password}@")
+    async with replica(limited) as http:
+        assert (await http.get("/readyz")).status_code == 200
+        assert (await http.post("/v1/pets", json=TOM)).status_code == 201
+        assert [pet["name"] for pet in (await http.get("/v1/pets")).json()] == ["Rex", "Tom"]
+
+
+ROLES = itertools.count(1)
+
+
+def test_a_setting_the_server_refuses_stops_the_start_in_one_line(
+    url: str, postgres: Cluster, start_server: ServerFactory
+) -> None:
+    """A parameter the server refuses (an unknown setting in the URL's query) is a bad setting
+    like one the driver refuses: it was a 43-line traceback and exit 1."""
+    server = start_server("--database", f"{url}&bogus_setting=1", wait=False)
+    assert server.process.wait(15) == 2
+    assert server.stderr.strip().splitlines() == [
+        f"petstore: database {postgres.directory}/{Cluster.name(url)}: UndefinedObjectError: "
+        'unrecognized configuration parameter "bogus_setting"'
+    ]
+    secret_free(postgres, server.stdout, server.stderr)
 
 
 # --------------------------------------------------------------------------- idempotency keys
