@@ -66,9 +66,7 @@ PAGE_BY_STATUS: Final = (
 KEYED: Final = "SELECT pet FROM petstore_pets WHERE idempotency_key = $1"
 # The number of pets (for the metrics), and taking back the creates a key conflict skipped.
 # The probe's: petstore_pets named too, so that readiness fails when that table is away.
-COUNT: Final = (
-    "SELECT pets FROM petstore_ids WHERE NOT EXISTS (SELECT FROM petstore_pets LIMIT 0)"
-)
+COUNT: Final = "SELECT pets FROM petstore_ids WHERE NOT EXISTS (SELECT FROM petstore_pets LIMIT 0)"
 UNCOUNT: Final = "UPDATE petstore_ids SET pets = pets - $1"
 
 
