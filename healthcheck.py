@@ -21,6 +21,12 @@ _LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - maps aw
 
 
 _HEALTHCHECK_SECONDS: Final = 2.0
+_USAGE: Final = """\
+usage: app.py healthcheck [--ready] [--host HOST] [--port PORT]
+
+Exit 0 when the service at HOST:PORT (PETSTORE_HOST, PETSTORE_PORT; 0.0.0.0 and :: ask the
+loopback) answers /healthz with 200 within 2 s, else 1 with one line on stderr. --ready asks
+/readyz instead (a database the service can reach); the other flags are read and ignored."""
 
 
 def _too_slow(signum: int, frame: Any) -> None:
@@ -31,6 +37,9 @@ def main(argv: Sequence[str]) -> int:
     """`python app.py healthcheck [--ready] [flags]`: the flags and variables of the service, of
     which the host and the port are read. `--ready` asks /readyz instead: a compose file's
     `service_healthy` then waits for a database the service can reach."""
+    if "-h" in argv or "--help" in argv:
+        print(_USAGE)
+        return 0
     ready = "--ready" in argv
     try:
         settings = load_settings([a for a in argv if a != "--ready"], os.environ, address_only=True)

@@ -12,13 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from flags import LOG_LEVELS, FlagError, parser
+
 # RFC 6750 b64token: what a bearer credential can carry.
 _BEARER_TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-
-
-# uvicorn's levels (uvicorn.config.LOG_LEVELS, which logs.py maps), named here so that
-# `healthcheck`, which reads settings every 10 s, needn't import uvicorn (0.1 s of CPU).
-LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 class SettingsError(Exception):
@@ -64,71 +61,6 @@ class Settings:
         # Longest first: a key inside another (an API key within an admin key) would leave the
         # rest of the longer one around its `[redacted]`.
         return tuple(sorted({s for s in given if s}, key=lambda secret: (-len(secret), secret)))
-
-
-# What an unknown argument must look like to be shown: a long flag's name, lower case.
-_FLAG_NAME: Final = re.compile(r"--[a-z][a-z0-9-]{0,30}")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
-        # What argparse quotes is a value given (`-hKEY`: "ignored explicit argument 'KEY'").
-        raise SettingsError(re.sub(r"'[^']*'", "(not shown)", message))
-
-    def parse_flags(self, argv: Sequence[str]) -> argparse.Namespace:
-        """The flags. An argument that is none of them is never shown, for it may be a key (a
-        mistyped `--api-kye KEY`, a value that begins with `-`, `"--api-key KEY"` as one
-        argument), unless it is a flag's name close to one of ours."""
-        flags, unknown = self.parse_known_args(argv)
-        if unknown:
-            ours = [name for action in self._actions for name in action.option_strings]
-            shown, hidden = [], 0
-            for item in unknown:
-                name = item.partition("=")[0]
-                close = difflib.get_close_matches(name, ours, n=1, cutoff=0.75)
-                if _FLAG_NAME.fullmatch(name) and close:
-                    shown.append(f"unknown flag {name} (did you mean {close[0]}?)")
-                else:
-                    hidden += 1
-            if hidden:
-                plural = "s" * (hidden > 1)
-                shown.append(f"{hidden} argument{plural} no flag takes (not shown: a key?)")
-            raise SettingsError("; ".join(shown))
-        return flags
-
-
-def _parser() -> _Parser:
-    # No abbreviations: `--po 0` would mean --port until a flag named --po... comes.
-    parser = _Parser(
-        prog="app.py", description="Serve the petstore HTTP/JSON interface.", allow_abbrev=False
-    )
-    parser.add_argument("--host", help="address to listen on (PETSTORE_HOST)")
-    parser.add_argument("--port", help="port to listen on (PETSTORE_PORT)")
-    parser.add_argument("--data", metavar="FILE", help="keep pets in this file (PETSTORE_DATA)")
-    parser.add_argument("--seed", metavar="FILE", help="JSON array of pets to start with")
-    parser.add_argument(
-        "--api-key", action="append", metavar="KEY", help="accepted key, repeatable"
-    )
-    parser.add_argument("--api-key-file", metavar="FILE", help="accepted keys, one a line")
-    parser.add_argument("--max-body", metavar="BYTES", help="largest request body accepted")
-    parser.add_argument("--root-path", metavar="PATH", help="prefix a proxy strips off")
-    parser.add_argument("--log-level", metavar="LEVEL", help="|".join(LOG_LEVELS))
-    parser.add_argument(
-        "--client-timeout", metavar="SECONDS", help="cut off a client stalled this long"
-    )
-    parser.add_argument(
-        "--cors-origin", action="append", metavar="ORIGIN", help="browser origin allowed, or *"
-    )
-    parser.add_argument(
-        "--admin-key", action="append", metavar="KEY", help="opens /_admin, repeatable"
-    )
-    parser.add_argument("--journal-size", metavar="N", help="requests the journal keeps")
-    parser.add_argument("--log-format", metavar="FORMAT", help="text|json (PETSTORE_LOG_FORMAT)")
-    parser.add_argument("--metrics", metavar="SWITCH", help="on|off: GET /metrics")
-    parser.add_argument(
-        "--database", metavar="URL", help="keep pets in PostgreSQL (PETSTORE_DATABASE_URL)"
-    )
-    return parser
 
 
 def _integer(low: int, high: int) -> Callable[[str, str], int]:
@@ -293,13 +225,21 @@ _ORIGIN: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s,]+")
 
 
 def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Origins as browsers send them: scheme and host in lower case, no default port (one
+    written `HTTP://App.Example:80` matched no browser's). No wildcard within one."""
     origins = _listed(flags.cors_origin, "--cors-origin", environ, "PETSTORE_CORS_ORIGINS")
+    taken = []
     for origin, source in origins:
-        if origin != "*" and not _ORIGIN.fullmatch(origin):
+        if origin != "*" and (not _ORIGIN.fullmatch(origin) or "*" in origin):
+            wildcard = " (no wildcard within an origin: name each one)" * ("*" in origin)
             raise SettingsError(
-                f"{source}: expected * or an origin like https://app.example:8080, got {origin!r}"
+                f"{source}: expected * or an origin like https://app.example:8080, got"
+                f" {origin!r}{wildcard}"
             )
-    return tuple(dict.fromkeys(origin for origin, _ in origins))
+        scheme, _, authority = origin.lower().partition("://")
+        default = {"http": ":80", "https": ":443"}.get(scheme, "")
+        taken.append(f"{scheme}://{authority.removesuffix(default)}" if default else origin)
+    return tuple(dict.fromkeys(taken))
 
 
 def load_settings(
@@ -308,7 +248,10 @@ def load_settings(
     """Settings from command-line flags, then PETSTORE_* variables, then defaults. With
     `address_only` (`healthcheck`), every flag is taken but only the host and the port are
     read: a setting the check has no use for (a key file rotated away) can't fail it."""
-    flags = _parser().parse_flags(argv)
+    try:
+        flags = parser().parse_flags(argv)
+    except FlagError as error:
+        raise SettingsError(str(error)) from None
     values: dict[str, Any] = {}
     if not address_only:
         values["api_keys"] = _api_keys(flags, environ)

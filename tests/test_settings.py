@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import uvicorn.config
 
-from settings import LOG_LEVELS, Settings, SettingsError, cautions, load_settings
+from flags import LOG_LEVELS
+from settings import Settings, SettingsError, cautions, load_settings
 from tests.conftest import (
     KEY,
     ROOT,
@@ -382,6 +383,7 @@ BAD_SETTINGS = [
     pytest.param(["--seed", "{deep}", "--api-key", KEY], {}, id="seed-nested-too-deeply"),
     pytest.param(["--cors-origin", "http://app.example/"], {}, id="cors-origin-with-path"),
     pytest.param([], {"PETSTORE_CORS_ORIGINS": "app.example"}, id="env-cors-origin-no-scheme"),
+    pytest.param(["--cors-origin", "https://*.app.example"], {}, id="cors-origin-wildcard"),
     pytest.param(["--api-key", "same-key", "--admin-key", "same-key"], {}, id="key-both-kinds"),
     pytest.param([], {"PETSTORE_ADMIN_KEYS": "bad key"}, id="env-admin-key-with-space"),
     pytest.param(["--journal-size", "-1"], {}, id="journal-size-negative"),
@@ -560,3 +562,41 @@ def test_kubernetes_service_links_are_no_settings() -> None:
         " is ignored (the pod's enableServiceLinks: false leaves it out)"
     ]
     assert load_settings([], {**environ, "PETSTORE_PORT": "9000"}).port == 9000
+
+
+def test_cors_origins_are_taken_as_browsers_send_them() -> None:
+    """`HTTP://App.Example`, `http://app.example:80`: a browser sends the scheme and host in
+    lower case and no default port, so these matched no request and allowed nothing."""
+    given = "HTTP://App.Example,http://app.example:80,https://app.example:443,http://h:8080,*"
+    settings = load_settings([], {"PETSTORE_CORS_ORIGINS": given})
+    assert settings.cors_origins == (
+        "http://app.example",
+        "https://app.example",
+        "http://h:8080",
+        "*",
+    )
+
+
+def test_help_names_the_variables_the_defaults_and_the_healthcheck() -> None:
+    """`--help` is where a user of the dev server looks first; `healthcheck --help` gave the
+    server's usage."""
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "app.py", *args], cwd=ROOT, env=environment(),
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    served = run("--help")
+    for words in (
+        "--database URL",
+        "(8000)",
+        "PETSTORE_MAX_BODY",
+        "PETSTORE_API_KEYS",
+        "healthcheck",
+    ):
+        assert words in served
+    checked = run("healthcheck", "--help")
+    assert checked.startswith("usage: app.py healthcheck [--ready] [--host HOST] [--port PORT]")
+    assert "--database" not in checked

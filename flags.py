@@ -1,0 +1,96 @@
+"""The command line: the service's flags, their help, and refusing an argument that is none of
+them without showing it (it may be a key). settings.py reads the flags with the environment."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+from collections.abc import Sequence
+from typing import Any, Final
+
+# uvicorn's levels (uvicorn.config.LOG_LEVELS, which logs.py maps), named here so that
+# `healthcheck`, which reads the settings every 10 s, needn't import uvicorn (0.1 s of CPU).
+LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
+
+EPILOG: Final = """\
+Each flag has an environment variable, the flag winning: PETSTORE_ and the flag's name in
+capitals (PETSTORE_MAX_BODY); PETSTORE_API_KEYS, PETSTORE_ADMIN_KEYS and PETSTORE_CORS_ORIGINS
+take a comma-separated list, PETSTORE_DATABASE_URL the URL (README, Settings).
+
+  python app.py healthcheck [--ready] [--host HOST] [--port PORT]
+      exit 0 when the service answers /healthz (--ready: /readyz) within 2 s, else 1
+"""
+
+
+# Each flag, its value's name and its help (the default in parentheses).
+_FLAGS: Final = (
+    ("--host", "HOST", "address to listen on (127.0.0.1)"),
+    ("--port", "PORT", "port to listen on, 0 for any free one (8000)"),
+    ("--data", "FILE", "keep pets in this JSON Lines file (in memory)"),
+    ("--seed", "FILE", "a JSON array of pets to start an empty store with"),
+    ("--api-key", "KEY", "a key accepted (one made and printed), repeatable"),
+    ("--api-key-file", "FILE", "keys accepted, one a line"),
+    ("--max-body", "BYTES", "the largest request body accepted (1048576)"),
+    ("--root-path", "PATH", "the prefix a proxy strips off (none)"),
+    ("--log-level", "LEVEL", f"{'|'.join(LOG_LEVELS)} (info)"),
+    ("--log-format", "FORMAT", "text|json (text)"),
+    ("--client-timeout", "SECONDS", "close a connection whose client stalls this long (10)"),
+    ("--cors-origin", "ORIGIN", "a browser origin allowed, or * (none), repeatable"),
+    ("--admin-key", "KEY", "opens the test-control plane under /_admin, repeatable"),
+    ("--journal-size", "N", "requests the plane's journal keeps (1000)"),
+    ("--metrics", "SWITCH", "on|off: GET /metrics (on)"),
+    ("--database", "URL", "keep pets in PostgreSQL: postgresql://USER:PASSWORD@HOST:PORT/DB"),
+)
+
+
+class FlagError(Exception):
+    """A command line that can't be read; its text never shows a value given."""
+
+
+# What an unknown argument must look like to be shown: a long flag's name, lower case.
+_FLAG_NAME: Final = re.compile(r"--[a-z][a-z0-9-]{0,30}")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
+        # What argparse quotes is a value given (`-hKEY`: "ignored explicit argument 'KEY'").
+        raise FlagError(re.sub(r"'[^']*'", "(not shown)", message))
+
+    def parse_flags(self, argv: Sequence[str]) -> argparse.Namespace:
+        """The flags. An argument that is none of them is never shown, for it may be a key (a
+        mistyped `--api-kye KEY`, a value that begins with `-`, `"--api-key KEY"` as one
+        argument), unless it is a flag's name close to one of ours."""
+        flags, unknown = self.parse_known_args(argv)
+        if unknown:
+            ours = [name for action in self._actions for name in action.option_strings]
+            shown, hidden = [], 0
+            for item in unknown:
+                name = item.partition("=")[0]
+                close = difflib.get_close_matches(name, ours, n=1, cutoff=0.75)
+                if _FLAG_NAME.fullmatch(name) and close:
+                    shown.append(f"unknown flag {name} (did you mean {close[0]}?)")
+                else:
+                    hidden += 1
+            if hidden:
+                plural = "s" * (hidden > 1)
+                shown.append(f"{hidden} argument{plural} no flag takes (not shown: a key?)")
+            raise FlagError("; ".join(shown))
+        return flags
+
+
+def parser() -> Parser:
+    # No abbreviations: `--po 0` would mean --port until a flag named --po... comes.
+    parser = Parser(
+        prog="app.py",
+        description="Serve the petstore HTTP/JSON interface.",
+        epilog=EPILOG,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for name, metavar, text in _FLAGS:
+        repeatable = text.endswith(", repeatable")
+        parser.add_argument(
+            name, metavar=metavar, help=text, action="append" if repeatable else "store"
+        )
+    return parser
