@@ -119,14 +119,16 @@ class DatabaseStore:
 
     async def _prepare_once(self) -> None:
         # What the driver or the server refuses for good (the URL's parameters: a bad sslmode,
-        # a setting the server doesn't know) is a bad setting: one line, exit 2.
-        refused = (ValueError, asyncpg.ClientConfigurationError, asyncpg.PostgresError)
+        # a setting the server doesn't know) is a bad setting: one line, exit 2. The driver's
+        # ClientConfigurationError is an InterfaceError too, which UNAVAILABLE holds: first.
         try:
             connection = await asyncpg.connect(self.url, timeout=CONNECT_SECONDS)
+        except (ValueError, asyncpg.ClientConfigurationError) as error:
+            raise DatabaseError(f"database {self.where}: {self._reason(error)}") from None
         except UNAVAILABLE as error:
             self._went_down(error, "waiting for it")
             return
-        except refused as error:
+        except asyncpg.PostgresError as error:
             raise DatabaseError(f"database {self.where}: {self._reason(error)}") from None
         try:
             await self._prepare(connection)
