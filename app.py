@@ -92,6 +92,7 @@ class PetRoutes:
         self.max_body = settings.max_body
         self.health = health
         self.openapi_cache: dict[str, bytes] = {}
+        self.injected = bool(settings.admin_keys)  # the test-control plane's faults, documented
 
     async def list_pets(self, scope: Scope, receive: Receive) -> Response:
         limit, status, after = list_query(scope["query_string"])
@@ -140,7 +141,8 @@ class PetRoutes:
     async def openapi(self, scope: Scope, receive: Receive) -> Response:
         root_path = scope.get("root_path", "")
         if root_path not in self.openapi_cache:
-            self.openapi_cache[root_path] = encoder.encode(openapi_document(root_path))
+            document = openapi_document(root_path, injected=self.injected)
+            self.openapi_cache[root_path] = encoder.encode(document)
         return JSONResponse(self.openapi_cache[root_path])
 
     async def healthz(self, scope: Scope, receive: Receive) -> Response:

@@ -56,6 +56,14 @@ def header_ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/headers/{name}"}
 
 
+# On every answer of a deprecated operation (getPet).
+DEPRECATION_HEADERS: Final = {
+    "Deprecation": header_ref("Deprecation"),
+    "Sunset": header_ref("Sunset"),
+    "Link": header_ref("SuccessorLink"),
+}
+
+
 def string_header(description: str, **schema: Any) -> dict[str, Any]:
     return {"description": description, "schema": {"type": "string", **schema}}
 
@@ -66,7 +74,7 @@ def with_request_ids(document: dict[str, Any]) -> dict[str, Any]:
     document["components"]["headers"]["X-Request-Id"] = {
         **string_header(
             "The request's own X-Request-Id when it sent 1 to 128 visible ASCII characters, "
-            "else one the service made; the access log and the journal record it"
+            "else one the service made"
         ),
         "required": True,
     }
@@ -89,26 +97,20 @@ def unauthorized_response(key_name: str) -> Any:
     )
 
 
-def openapi_document(root_path: str = "") -> dict[str, Any]:
-    """The OpenAPI 3.1 description of the three operations, schemas generated from the types."""
+def openapi_document(root_path: str = "", *, injected: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the three operations, schemas generated from the types.
+    `injected`: the test-control plane is on, and every operation may answer its faults."""
     (new_pet_ref, pet_ref, _), schemas = components(NewPet, Pet, Error)
     status_ref = {"$ref": _SCHEMA_REF.format(name="PetStatus")}
     int64 = {"type": "integer", "format": "int64"}
 
     unauthorized = unauthorized_response("API key")
-    internal = error("Unexpected failure; the log has the details", ErrorCode.INTERNAL_ERROR)
+    internal = error("Unexpected failure", ErrorCode.INTERNAL_ERROR)
     validation = error("A parameter holds an invalid value", ErrorCode.VALIDATION_ERROR)
-    unreadable = error(
-        "The store can't be read (the database is unavailable)", ErrorCode.STORAGE_UNAVAILABLE
-    )
-    deprecation_headers = {
-        "Deprecation": header_ref("Deprecation"),
-        "Sunset": header_ref("Sunset"),
-        "Link": header_ref("SuccessorLink"),
-    }
+    unreadable = error("The store can't be read for now", ErrorCode.STORAGE_UNAVAILABLE)
 
     def deprecated(response: dict[str, Any]) -> dict[str, Any]:
-        return {**response, "headers": {**response.get("headers", {}), **deprecation_headers}}
+        return {**response, "headers": {**response.get("headers", {}), **DEPRECATION_HEADERS}}
 
     list_pets = {
         "operationId": "listPets",
@@ -283,4 +285,39 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             },
         },
     }
+    if injected:
+        with_injected_faults(document)
     return with_request_ids(document)
+
+
+def with_injected_faults(document: dict[str, Any]) -> None:
+    """Each operation's answers to the test-control plane's faults (fault rules and `Prefer:
+    code=`), so that a client generated from the document reads them as Error too: 429, 502
+    and 504 added, `injected_fault` among the codes of its 500 and 503, Retry-After on 429
+    and 503 (a rule's `retryAfter`)."""
+    document["components"]["headers"]["Retry-After"] = {
+        "description": "Seconds to wait before a retry (a fault rule's retryAfter)",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+    injected = ErrorCode.INJECTED_FAULT
+    retry_after = {"Retry-After": header_ref("Retry-After")}
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            responses = operation["responses"]
+            deprecation = DEPRECATION_HEADERS if operation.get("deprecated") else {}
+            for status, response in list(responses.items()):
+                if status in ("500", "503"):
+                    description = response["description"].replace(")", f", `{injected.value}`)")
+                    headers = {**response.get("headers", {})}
+                    headers.update(retry_after if status == "503" else {})
+                    responses[status] = {**response, "description": description, "headers": headers}
+            for status, name in (
+                ("429", "Too many requests"),
+                ("502", "Bad gateway"),
+                ("504", "Gateway timeout"),
+            ):
+                headers = {**deprecation, **(retry_after if status == "429" else {})}
+                responses[status] = error(
+                    f"{name}, injected by the test-control plane", injected, headers=headers
+                )
+            operation["responses"] = dict(sorted(responses.items()))

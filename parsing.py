@@ -197,7 +197,7 @@ def decode_new_pet(body: bytes) -> NewPet:
         # when the syntax breaks further on (`[1,2,`, `{"id":1} x`): not JSON wins over that.
         if (problem := json_problem(body)) is not None:
             raise _malformed(problem) from None
-        raise Refused(400, ErrorCode.VALIDATION_ERROR, str(error)) from None
+        raise Refused(400, ErrorCode.VALIDATION_ERROR, in_json_words(str(error))) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         raise _malformed(not_json_reason(error)) from None
 
@@ -214,7 +214,30 @@ def decode_fault_rule(body: bytes) -> NewFaultRule:
     try:
         return msgspec.convert(fields, NewFaultRule)
     except msgspec.ValidationError as error:
-        raise invalid(str(error)) from None
+        raise invalid(in_json_words(str(error))) from None
+
+
+# msgspec's names of types, as JSON (and a client in any language) calls them.
+_JSON_WORDS: Final = {
+    "int": "an integer",
+    "str": "a string",
+    "float": "a number",
+    "bool": "a boolean",
+    "null": "null",
+    "object": "an object",
+    "array": "an array",
+}
+_TYPE_NAME: Final = re.compile(r"`(int|str|float|bool|null|object|array)`")
+_AT_FIELD: Final = re.compile(r"(.+) - at `(\$[^`]*)`")
+
+
+def in_json_words(message: str) -> str:
+    """A msgspec message in JSON's words, its field first, as CONTRACT.md writes one: "Expected
+    `int`, got `str` - at `$.categoryId`" is "$.categoryId: expected an integer, got a string"."""
+    message = _TYPE_NAME.sub(lambda match: _JSON_WORDS[match[1]], message)
+    if at := _AT_FIELD.fullmatch(message):
+        return f"{at[2]}: {at[1][:1].lower()}{at[1][1:]}"
+    return message
 
 
 def _number(value: object) -> object:

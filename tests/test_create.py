@@ -573,3 +573,21 @@ async def test_past_the_last_int64_id_a_create_is_a_503(
     response = await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1})
     assert "9223372036854775807 is taken" in assert_error(response, 503, "storage_unavailable")
     assert [pet["id"] for pet in (await client.get("/v1/pets")).json()] == [2**63 - 1]
+
+
+@pytest.mark.anyio
+async def test_a_validation_message_speaks_json_the_field_first(client: httpx.AsyncClient) -> None:
+    """As CONTRACT.md writes one: msgspec's "Expected `int`, got `str` - at `$.categoryId`"
+    spoke Python to a client in any language."""
+    answers = [
+        await client.post("/v1/pets", json={"name": "Rex", "categoryId": "1"}),
+        await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1.5}),
+        await client.post("/v1/pets", json={"name": "", "categoryId": 1}),
+        await client.post("/v1/pets", json=[]),
+    ]
+    assert [assert_error(answer, 400, "validation_error") for answer in answers] == [
+        "$.categoryId: expected an integer, got a string",
+        "$.categoryId: expected an integer, got a number",
+        "$.name: expected a string of length >= 1",
+        "Expected an object, got an array",
+    ]

@@ -15,6 +15,7 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from admin import admin_openapi_document
 from app import Petstore, create_app
+from openapi import openapi_document
 from settings import Settings
 from store import MemoryStore
 from tests.conftest import KEY, ROOT, ServerFactory
@@ -258,7 +259,17 @@ async def test_every_enumeration_says_type_string(document: dict[str, Any]) -> N
 
 
 # Words of the implementation that have no place in what a generated client shows its users.
-IMPLEMENTATION_WORDS = ("gc=", "msgspec", "Struct", "cycle collector", "bisect", "Python")
+IMPLEMENTATION_WORDS = (
+    "gc=",
+    "msgspec",
+    "Struct",
+    "cycle collector",
+    "bisect",
+    "Python",
+    "the log",
+    "journal",
+    "database",
+)
 
 
 @pytest.mark.anyio
@@ -486,8 +497,10 @@ def test_a_generated_client_parses_every_error_into_one_error_class(
     start_server: ServerFactory, tmp_path: Path
 ) -> None:
     """openapi-python-client builds a client from the served document whose 404, 400 and 401
-    all parse into the same Error class, and whose createPet gives a Pet."""
-    server = start_server()
+    all parse into the same Error class, and whose createPet gives a Pet. With the
+    test-control plane on, so do the faults it injects (a 429, 502 or 504 raised
+    UnexpectedStatus: the document did not list them)."""
+    server = start_server("--admin-key", "admin-key-0123456789")
     document = tmp_path / "openapi.json"
     document.write_bytes(httpx.get(f"{server.base_url}/v1/openapi.json").content)
     config = tmp_path / "generator.yaml"
@@ -526,11 +539,17 @@ answers = {{
     400: list_pets.sync_detailed(client=keyed, limit=0),
     401: list_pets.sync_detailed(client=keyless),
 }}
+for code in (429, 500, 502, 503, 504):
+    prefer = {{"Prefer": f"code={{code}}"}}
+    injecting = AuthenticatedClient(base_url=base, token={KEY!r}, headers=prefer)
+    answers[code] = get_pet.sync_detailed(pet_id=1, client=injecting)
 for status, answer in answers.items():
     assert int(answer.status_code) == status, answer
     assert type(answer.parsed) is Error, type(answer.parsed)
 codes = [answer.parsed.code for answer in answers.values()]
-assert codes == [ErrorCode.NOT_FOUND, ErrorCode.VALIDATION_ERROR, ErrorCode.UNAUTHORIZED], codes
+assert codes == [ErrorCode.NOT_FOUND, ErrorCode.VALIDATION_ERROR, ErrorCode.UNAUTHORIZED] + [
+    ErrorCode.INJECTED_FAULT
+] * 5, codes
 created = create_pet.sync_detailed(client=keyed, body=NewPet(name="Rex", category_id=1))
 assert int(created.status_code) == 201 and isinstance(created.parsed, Pet), created
 print("one Error class:", Error.__module__)
@@ -541,3 +560,20 @@ print("one Error class:", Error.__module__)
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == "one Error class: generated_client.models.error\n"
+
+
+def test_with_the_plane_on_every_operation_documents_the_faults_it_injects() -> None:
+    """429, 502 and 504 (and `injected_fault` among the 500's and 503's codes, Retry-After on
+    the 429 and the 503) on every operation, only when an admin key opens the plane."""
+    on, off = openapi_document(injected=True), openapi_document()
+    validate(on, cls=OpenAPIV31SpecValidator)
+    for path, method in OPERATIONS:
+        responses = on["paths"][path][method]["responses"]
+        assert {"429", "502", "504"} <= responses.keys()
+        assert not {"429", "502", "504"} & off["paths"][path][method]["responses"].keys()
+        for status in ("429", "500", "502", "503", "504"):
+            assert "`injected_fault`" in responses[status]["description"]
+            assert "X-Request-Id" in responses[status]["headers"]
+        assert {"Retry-After"} <= responses["429"]["headers"].keys() & responses["503"][
+            "headers"
+        ].keys()

@@ -1142,3 +1142,33 @@ def test_answers_of_requests_read_before_a_fault_go_out_first(
     with server.client() as http:
         stored = http.get("/v1/pets").json()
     assert stored == ([{"id": 1, "name": "Rex", "categoryId": 1}] if b"201" in statuses else [])
+
+
+def test_the_readme_s_pytest_fixture_works_as_written(tmp_path: Path) -> None:
+    """The README's fixture, copied into a project of its own and run by pytest: it starts the
+    service from its checkout's .venv, reads where it listens, and resets it between tests. It
+    had started the service with the test runner's interpreter, which lacks its packages, and
+    hid why behind an UnboundLocalError."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    fixture = re.search(r"```python\n(import subprocess, pytest, httpx\n.*?)```", readme, re.S)
+    assert fixture, "the README's fixture"
+    code = fixture[1].replace('PETSTORE = "path/to/petstore"', f"PETSTORE = {str(ROOT)!r}")
+    assert code != fixture[1]
+    (tmp_path / "conftest.py").write_text(code, encoding="utf-8")
+    (tmp_path / "test_uses_it.py").write_text(
+        "import httpx\nfrom conftest import API_KEY\n\n\n"
+        "def test_one(petstore):\n"
+        "    auth = {'Authorization': f'Bearer {API_KEY}'}\n"
+        "    pet = {'name': 'Rex', 'categoryId': 1}\n"
+        "    assert httpx.post(f'{petstore}/pets', json=pet, headers=auth).json()['id'] == 1\n\n\n"
+        "def test_two_after_a_reset(petstore):\n"
+        "    auth = {'Authorization': f'Bearer {API_KEY}'}\n"
+        "    assert httpx.get(f'{petstore}/pets', headers=auth).json() == []\n",
+        encoding="utf-8",
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout
