@@ -65,12 +65,20 @@ class Credentials:
         self.past_prefix = area.prefix + "0"
         key_name = area.key_name
         challenge = f'Bearer realm="{area.realm}"'
-        # Built once (the 401 is a hot path too), by whether a bearer token was sent at all.
+        # Built once (the 401 is a hot path too), by what was sent: nothing, a credential of
+        # another scheme (or `Bearer` with no token), a bearer token.
+        send = f"send Authorization: Bearer <{key_name}>"
         self.refusals = {
+            None: error_response(
+                401,
+                ErrorCode.UNAUTHORIZED,
+                f"Missing credential: {send}",
+                {"WWW-Authenticate": challenge},
+            ),
             False: error_response(
                 401,
                 ErrorCode.UNAUTHORIZED,
-                f"Missing credential: send Authorization: Bearer <{key_name}>",
+                f"Not a bearer token: {send}",
                 {"WWW-Authenticate": challenge},
             ),
             True: error_response(
@@ -94,8 +102,9 @@ class Credentials:
             path not in self.public_paths
         )
 
-    def refusal(self, scope: Scope, is_bearer: bool) -> JSONResponse:
-        """The 401 for a request whose key is not accepted (`is_bearer`: a token was sent)."""
+    def refusal(self, scope: Scope, is_bearer: bool | None) -> JSONResponse:
+        """The 401 for a request whose key is not accepted (`is_bearer`: a bearer token was
+        sent; False: a credential of another kind; None: none)."""
         refusal = self.refusals[is_bearer]
         response = JSONResponse(bytes(refusal.body), 401)
         response.raw_headers = [*refusal.raw_headers, *self.headers_for(scope)]
@@ -126,7 +135,8 @@ class BearerAuth:
                     token = token.strip(b" \t")
                     is_bearer = scheme.lower() == b"bearer" and bool(token)
                     if not (is_bearer and credentials.accepts(token)):
-                        await credentials.refusal(scope, is_bearer)(scope, receive, send)
+                        sent = is_bearer if authorization else None
+                        await credentials.refusal(scope, sent)(scope, receive, send)
                         return
                     break
         await self.app(scope, receive, send)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from settings import Settings
-from tests.conftest import KEY
+from tests.conftest import KEY, assert_error
 
 pytestmark = pytest.mark.anyio
 
@@ -226,3 +226,22 @@ async def test_access_log_has_method_path_status_duration_and_never_the_key(
     assert wrong not in log
     assert "bearer" not in log.lower()
     assert "authorization" not in log.lower()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("authorization", "message"),
+    [
+        (None, "Missing credential: send Authorization: Bearer <API key>"),
+        ("", "Missing credential: send Authorization: Bearer <API key>"),
+        ("Basic Zm9vOmJhcg==", "Not a bearer token: send Authorization: Bearer <API key>"),
+        ("Bearer", "Not a bearer token: send Authorization: Bearer <API key>"),
+        ("Bearer wrong-key", "The API key is not accepted"),
+    ],
+)
+async def test_the_401_says_what_was_sent(
+    client: httpx.AsyncClient, authorization: str | None, message: str
+) -> None:
+    """A credential of another scheme was told it was missing."""
+    response = await client.send(with_authorization(client, "GET", "/v1/pets", authorization))
+    assert assert_error(response, 401, "unauthorized") == message
