@@ -10,9 +10,11 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +127,22 @@ class Cluster:
         with contextlib.suppress(RuntimeError):  # not running
             self.stop("immediate")
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def hung(self) -> Iterator[None]:
+        """The server and every backend stopped (SIGSTOP), as a network partition leaves it:
+        connections stay open and nothing answers; continued at the end."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster]
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):  # gone meanwhile, or no process
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if entry.name.isdigit() and int(fields[1]) == postmaster:  # its parent
+                    pids.append(int(entry.name))
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)

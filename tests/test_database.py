@@ -4,6 +4,7 @@ starts, replicas sharing it (ids visible in order, keys replayed anywhere), outa
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import json
 import re
@@ -621,3 +622,42 @@ def test_json_logs_take_a_library_s_warnings_too(
     assert len(warnings) == 1, records
     assert "has group or world access" in warnings[0]["message"]
     assert warnings[0]["level"] == "WARNING"
+
+
+def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_answers(
+    own_postgres: Cluster, start_server: ServerFactory
+) -> None:
+    """The server hangs (a network partition: connections open, nothing answers). A create
+    and a read get their 503 within the statement's 10 s: the driver's own timeout then
+    waited for its cancel request, which the hung server never takes, and answered after
+    20 s. SIGTERM while a create waits on it: the cut-off 500, where the connection had been
+    closed without an answer."""
+    url = own_postgres.url("postgres")
+    timed, stopped = (
+        start_server("--database", url),
+        start_server("--database", url, "--log-level", "trace"),
+    )
+    with timed.client() as a, stopped.client() as b:
+        a.timeout = b.timeout = httpx.Timeout(60)
+        assert a.post("/v1/pets", json=REX).status_code == 201
+        assert b.get("/v1/pets/1").status_code == 200
+        with own_postgres.hung(), concurrent.futures.ThreadPoolExecutor(3) as threads:
+            began = time.monotonic()
+            answers = [
+                threads.submit(a.post, "/v1/pets", json=TOM),
+                threads.submit(a.get, "/v1/pets/1"),
+            ]
+            before = stopped.stderr.count("Started scope=")
+            waiting = threads.submit(b.post, "/v1/pets", json=TOM)
+            # uvicorn's trace of the app called; the 5 s of grace that follow SIGTERM leave it
+            # waiting on the database.
+            wait_until(
+                lambda: stopped.stderr.count("Started scope=") > before, "the create in the app"
+            )
+            stopped.process.send_signal(signal.SIGTERM)
+            for answer in answers:
+                assert_error(answer.result(), 503, "storage_unavailable")
+            assert time.monotonic() - began < 15  # 20 s before
+            message = assert_error(waiting.result(), 500, "internal_error")
+    assert message.startswith("The service stopped before this request was answered")
+    assert stopped.process.wait(30) in (0, -15)
