@@ -9,9 +9,9 @@ import datetime
 import logging
 import time
 import urllib.parse
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Final
 
 import asyncpg
 import msgspec
@@ -27,9 +27,11 @@ from tables import (
     PAGE,
     PAGE_BY_STATUS,
     PET_START,
+    STATEMENT_SECONDS,
     UNCOUNT,
     Connection,
     DatabaseError,
+    answered,
     prepare,
     status_column,
 )
@@ -53,9 +55,7 @@ UNAVAILABLE: Final = (
     asyncpg.exceptions.UndefinedColumnError,
     asyncpg.exceptions.InsufficientPrivilegeError,
 )
-T = TypeVar("T")
 CONNECT_SECONDS: Final = 5.0
-STATEMENT_SECONDS: Final = 10.0
 POOL_SIZE: Final = 8
 PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked
 RETRY_SECONDS: Final = 0.25  # how often, during an outage, whether it is over
@@ -205,7 +205,7 @@ class DatabaseStore:
     async def get(self, pet_id: int) -> Pet | None:
         pool = self._pool_or_refuse()
         try:
-            found = await _answered(pool.fetchval(GET, pet_id))
+            found = await answered(pool.fetchval(GET, pet_id))
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         return None if found is None else pet_decoder.decode(found)
@@ -214,9 +214,9 @@ class DatabaseStore:
         pool = self._pool_or_refuse()
         try:
             if status is None:
-                rows = await _answered(pool.fetch(PAGE, after, limit + 1))
+                rows = await answered(pool.fetch(PAGE, after, limit + 1))
             else:
-                rows = await _answered(pool.fetch(PAGE_BY_STATUS, status.value, after, limit + 1))
+                rows = await answered(pool.fetch(PAGE_BY_STATUS, status.value, after, limit + 1))
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         pets = [pet_decoder.decode(row[0]) for row in rows[:limit]]
@@ -256,7 +256,7 @@ class DatabaseStore:
         """The pet a create with this key made, None if none did; IdempotencyKeyReused when
         it was made from another request."""
         try:
-            found = await _answered(pool.fetchval(KEYED, key))
+            found = await answered(pool.fetchval(KEYED, key))
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         if found is None:
@@ -310,7 +310,7 @@ class DatabaseStore:
             )
             for create in batch
         ]
-        row = await _answered(
+        row = await answered(
             self._pool.fetchrow(
                 CREATE,
                 len(batch),
@@ -328,7 +328,7 @@ class DatabaseStore:
             # A statement of its own, so for a moment the count (a gauge) is too high; the
             # batch is committed whatever becomes of it, so its failure fails no create.
             with contextlib.suppress(*UNAVAILABLE):
-                await _answered(self._pool.execute(UNCOUNT, len(batch) - len(ids)))
+                await answered(self._pool.execute(UNCOUNT, len(batch) - len(ids)))
         self._count += len(ids)
         pets = [msgspec.structs.replace(pet, id=first + n) for n, pet in enumerate(pets)]
         stored = set(ids)
@@ -344,7 +344,7 @@ class DatabaseStore:
                 if not self._prepared:
                     async with self._pool.acquire() as connection:
                         await self._prepare(connection)
-                self._count = await _answered(self._pool.fetchval(COUNT))
+                self._count = await answered(self._pool.fetchval(COUNT))
             except DatabaseError as error:
                 logger.error("%s", error)
                 self._fatal = f"The service can't use this database: {error}"
@@ -391,32 +391,6 @@ class DatabaseStore:
         else:
             reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         return reason.replace(self._password, "***") if self._password else reason
-
-
-async def _answered(call: Coroutine[Any, Any, T]) -> T:
-    """`call`'s result, or TimeoutError after STATEMENT_SECONDS, or the caller's cancellation,
-    at once: the driver, cut off, cleans up (its cancel request, the connection's release) in
-    a task of its own, unawaited. A server that stopped answering (a network partition) never
-    takes that cancel request, and a request waited for it, twice the timeout for its 503;
-    cancelled by the shutdown, it was never answered."""
-    task = asyncio.create_task(call)
-    try:
-        return await asyncio.wait_for(asyncio.shield(task), STATEMENT_SECONDS)
-    except BaseException:
-        if not task.done():
-            task.cancel()
-            _cleaning.add(task)  # kept, and its end looked at, so that nothing is left unsaid
-            task.add_done_callback(_cleaned)
-        raise
-
-
-_cleaning: set[asyncio.Task[Any]] = set()
-
-
-def _cleaned(task: asyncio.Task[Any]) -> None:
-    _cleaning.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: its error was the caller's TimeoutError already
 
 
 async def _keep_session(connection: asyncpg.Connection) -> None:
