@@ -205,7 +205,7 @@ class DatabaseStore:
     async def get(self, pet_id: int) -> Pet | None:
         pool = self._pool_or_refuse()
         try:
-            found = await answered(pool.fetchval(GET, pet_id))
+            found = await answered(pool, "fetchval", GET, pet_id)
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         return None if found is None else pet_decoder.decode(found)
@@ -214,9 +214,9 @@ class DatabaseStore:
         pool = self._pool_or_refuse()
         try:
             if status is None:
-                rows = await answered(pool.fetch(PAGE, after, limit + 1))
+                rows = await answered(pool, "fetch", PAGE, after, limit + 1)
             else:
-                rows = await answered(pool.fetch(PAGE_BY_STATUS, status.value, after, limit + 1))
+                rows = await answered(pool, "fetch", PAGE_BY_STATUS, status.value, after, limit + 1)
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         pets = [pet_decoder.decode(row[0]) for row in rows[:limit]]
@@ -256,7 +256,7 @@ class DatabaseStore:
         """The pet a create with this key made, None if none did; IdempotencyKeyReused when
         it was made from another request."""
         try:
-            found = await answered(pool.fetchval(KEYED, key))
+            found = await answered(pool, "fetchval", KEYED, key)
         except UNAVAILABLE as error:
             raise self._unavailable(error) from None
         if found is None:
@@ -311,14 +311,14 @@ class DatabaseStore:
             for create in batch
         ]
         row = await answered(
-            self._pool.fetchrow(
-                CREATE,
-                len(batch),
-                [status_column(pet.status) for pet in pets],
-                [encoder.encode(pet)[PET_START:].decode() for pet in pets],
-                [create.key for create in batch],
-                [create.made_at for create in batch],
-            )
+            self._pool,
+            "fetchrow",
+            CREATE,
+            len(batch),
+            [status_column(pet.status) for pet in pets],
+            [encoder.encode(pet)[PET_START:].decode() for pet in pets],
+            [create.key for create in batch],
+            [create.made_at for create in batch],
         )
         assert row is not None  # the statement's one row
         first, ids = row
@@ -328,7 +328,7 @@ class DatabaseStore:
             # A statement of its own, so for a moment the count (a gauge) is too high; the
             # batch is committed whatever becomes of it, so its failure fails no create.
             with contextlib.suppress(*UNAVAILABLE):
-                await answered(self._pool.execute(UNCOUNT, len(batch) - len(ids)))
+                await answered(self._pool, "execute", UNCOUNT, len(batch) - len(ids))
         self._count += len(ids)
         pets = [msgspec.structs.replace(pet, id=first + n) for n, pet in enumerate(pets)]
         stored = set(ids)
@@ -344,7 +344,7 @@ class DatabaseStore:
                 if not self._prepared:
                     async with self._pool.acquire() as connection:
                         await self._prepare(connection)
-                self._count = await answered(self._pool.fetchval(COUNT))
+                self._count = await answered(self._pool, "fetchval", COUNT)
             except DatabaseError as error:
                 logger.error("%s", error)
                 self._fatal = f"The service can't use this database: {error}"

@@ -1,12 +1,12 @@
-"""The database's tables: their schema and its version, every statement on them and how long
-it is waited for, the seed."""
+"""The database's tables: their schema and its version, every statement on them and how it is
+run, the seed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import Sequence
+from typing import Any, Final, Literal
 
 import asyncpg
 
@@ -17,8 +17,7 @@ logger = logging.getLogger("petstore.store")
 # A connection of its own (at the start) or one the pool lends.
 Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 SCHEMA_VERSION: Final = 1
-STATEMENT_SECONDS: Final = 10.0  # the longest a statement is waited for
-T = TypeVar("T")
+STATEMENT_SECONDS: Final = 10.0  # the pool's statement timeout
 # Taken while a process makes the tables or seeds them, so that replicas starting together
 # don't race (CREATE TABLE IF NOT EXISTS alone is not safe under concurrency).
 _SCHEMA_LOCK: Final = 0x7065_7473_746F_7265  # "petstore"
@@ -122,27 +121,18 @@ def status_column(status: Any) -> str | None:
     return status.value if isinstance(status, PetStatus) else None
 
 
-async def answered(call: Coroutine[Any, Any, T]) -> T:
-    """`call`'s result, or TimeoutError after STATEMENT_SECONDS, or the caller's cancellation,
-    at once: the driver, cut off, cleans up (its cancel request, the connection's release) in
-    a task of its own, unawaited. A server that stopped answering (a network partition) never
-    takes that cancel request, and a request waited for it, twice the timeout for its 503;
-    cancelled by the shutdown, it was never answered."""
-    task = asyncio.create_task(call)
-    try:
-        return await asyncio.wait_for(asyncio.shield(task), STATEMENT_SECONDS)
-    except BaseException:
-        if not task.done():
-            task.cancel()
-            _cleaning.add(task)  # kept, and its end looked at, so that nothing is left unsaid
-            task.add_done_callback(_cleaned)
-        raise
-
-
-_cleaning: set[asyncio.Task[Any]] = set()
-
-
-def _cleaned(task: asyncio.Task[Any]) -> None:
-    _cleaning.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: its error was the caller's TimeoutError already
+async def answered(
+    pool: asyncpg.Pool, method: Literal["fetch", "fetchrow", "fetchval", "execute"], *args: Any
+) -> Any:
+    """`method(*args)` on a connection of the pool (whose statements time out after
+    STATEMENT_SECONDS). A connection cut off mid-statement, by that timeout or by the caller's
+    cancellation at shutdown, is closed at once: the driver would otherwise wait for its
+    cancel request before taking it back, which a server that stopped answering (a network
+    partition) never takes; a request waited twice the timeout for its 503, and one the
+    shutdown cut off was never answered. (The same with pool.fetchval and the like.)"""
+    async with pool.acquire() as connection:
+        try:
+            return await getattr(connection, method)(*args)
+        except (TimeoutError, asyncio.CancelledError):
+            connection.terminate()
+            raise
