@@ -370,11 +370,12 @@ class DatabaseStore:
         return StorageUnavailable(f"The database is unavailable: {self._outage}")
 
     def _went_down(self, error: BaseException, then: str) -> None:
-        if self._outage is not None:
-            return
-        self._outage = self._reason(error)
-        self._outage_began = time.monotonic()
-        logger.warning("database %s unavailable (%s); %s", self.where, self._outage, then)
+        """Note the outage's cause: logged when it begins; the 503s name the latest one (a
+        server shutting down, then refusing connections)."""
+        known, self._outage = self._outage, self._reason(error)
+        if known is None:
+            self._outage_began = time.monotonic()
+            logger.warning("database %s unavailable (%s); %s", self.where, self._outage, then)
 
     def _came_back(self) -> None:
         if self._outage is None:

@@ -661,3 +661,18 @@ def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_ans
             message = assert_error(waiting.result(), 500, "internal_error")
     assert message.startswith("The service stopped before this request was answered")
     assert stopped.process.wait(30) in (0, -15)
+
+
+def test_the_503s_name_the_outage_s_latest_cause_and_the_log_its_first(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server shutting down, then refusing connections: every 503 of the outage named the
+    first cause ("the database system is shutting down") long after it stopped being true."""
+    store = DatabaseStore("postgresql://u:a-password-0123456789@db/pets")
+    with caplog.at_level("WARNING", logger="petstore.store"):
+        store._went_down(asyncpg.exceptions.CannotConnectNowError("shutting down"), "then")
+        store._went_down(ConnectionRefusedError(111, "Connection refused"), "then")
+    assert store.unwritable == "The database is unavailable: cannot connect: Connection refused"
+    assert [record.getMessage() for record in caplog.records] == [
+        "database db/pets unavailable (CannotConnectNowError: shutting down); then"
+    ]
