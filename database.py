@@ -50,10 +50,9 @@ UNAVAILABLE: Final = (
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
     asyncpg.exceptions.InvalidCatalogNameError,  # no such database
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
-    # A table renamed away or dropped, a privilege revoked: unusable until someone puts it back.
+    # A table renamed away or dropped (a right revoked is no outage: the probe would flap).
     asyncpg.exceptions.UndefinedTableError,
     asyncpg.exceptions.UndefinedColumnError,
-    asyncpg.exceptions.InsufficientPrivilegeError,
 )
 CONNECT_SECONDS: Final = 5.0
 POOL_SIZE: Final = 8
@@ -281,6 +280,8 @@ class DatabaseStore:
                 continue
             batch, self._pending = self._pending, []
             try:
+                if (problem := self.unwritable) is not None:  # queued behind a failed commit
+                    raise StorageUnavailable(problem)
                 pets = await self._commit(batch)
             except UNAVAILABLE as error:
                 failure: BaseException = self._unavailable(error)

@@ -16,7 +16,8 @@ LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
 EPILOG: Final = """\
 Each flag has an environment variable, the flag winning: PETSTORE_ and the flag's name in
 capitals (PETSTORE_MAX_BODY); PETSTORE_API_KEYS, PETSTORE_ADMIN_KEYS and PETSTORE_CORS_ORIGINS
-take a comma-separated list, PETSTORE_DATABASE_URL the URL (README, Settings).
+take a comma-separated list, PETSTORE_API_KEYS_FILE a file, PETSTORE_DATABASE_URL the URL
+(README, Settings).
 
   python app.py healthcheck [--ready] [--host HOST] [--port PORT]
       exit 0 when the service answers /healthz (--ready: /readyz) within 2 s, else 1

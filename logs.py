@@ -27,6 +27,10 @@ from settings import Settings, cautions
 logger = logging.getLogger("petstore")
 
 
+# Control characters as escapes, in a line given decoded.
+_UNPRINTABLE: Final = {code: f"\\x{code:02x}" for code in (*range(32), 127)}
+
+
 class Redact(logging.Filter):
     """Every secret of the configuration (API and admin keys, the database's password) out of
     every log record, whoever writes it, as `[redacted]`: a client can put a key in a path or a
@@ -46,7 +50,9 @@ class Redact(logging.Filter):
         text = redact(text, self.secrets)
         if "%" in text or "+" in text:
             for decode in (urllib.parse.unquote, urllib.parse.unquote_plus):
-                text = redact_encoded(text, self.secrets, decode)
+                redacted = redact_encoded(text, self.secrets, decode)
+                if redacted != text:  # decoded: what else the client encoded (`%0A`, `%1B`)
+                    text = redacted.translate(_UNPRINTABLE)  # writes no line or escape of its own
         return text
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -227,14 +227,14 @@ _JSON_WORDS: Final = {
     "object": "an object",
     "array": "an array",
 }
-_TYPE_NAME: Final = re.compile(r"`(int|str|float|bool|null|object|array)`")
+_TYPE_NAME: Final = re.compile(r"(Expected|got) `(int|str|float|bool|null|object|array)`")
 _AT_FIELD: Final = re.compile(r"(.+) - at `(\$[^`]*)`")
 
 
 def in_json_words(message: str) -> str:
     """A msgspec message in JSON's words, its field first, as CONTRACT.md writes one: "Expected
     `int`, got `str` - at `$.categoryId`" is "$.categoryId: expected an integer, got a string"."""
-    message = _TYPE_NAME.sub(lambda match: _JSON_WORDS[match[1]], message)
+    message = _TYPE_NAME.sub(lambda match: f"{match[1]} {_JSON_WORDS[match[2]]}", message)
     if at := _AT_FIELD.fullmatch(message):
         return f"{at[2]}: {at[1][:1].lower()}{at[1][1:]}"
     return message

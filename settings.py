@@ -121,9 +121,10 @@ def _database_url(text: str, name: str) -> str:
     scheme, _, rest = _given(text, name).partition("://")
     authority = re.split("[/?#]", rest, maxsplit=1)[0]
     userinfo, _, hosts = authority.rpartition("@")
-    # The driver reads the user's part up to the first @, urllib up to the last, and a # ends
-    # it for both: what it holds past such a character would be written in logs as a host.
-    if "@" in userinfo or "#" in rest:
+    # The driver reads the user's part up to the first @, urllib up to the last, and a #, / or
+    # ? ends it for both: what a password holds past such a character would be logged as a
+    # host, and an @ left after it (in the database's name, or the query) tells of one.
+    if "@" in userinfo or "#" in rest or "@" in rest[len(authority) :]:
         raise SettingsError(
             f"{name}: write an @, #, / or ? in the password as %40, %23, %2F or %3F"
         )
@@ -138,8 +139,8 @@ def _database_url(text: str, name: str) -> str:
 
 
 def _port(text: str) -> bool:
-    """Whether this is what follows a host's last colon in a URL: a port, or nothing."""
-    return not text or (text.isdigit() and int(text) <= 65535)
+    """Whether this is what follows a host's last colon in a URL: a port (ASCII digits)."""
+    return text.isascii() and text.isdigit() and int(text) <= 65535
 
 
 def _seconds(text: str, name: str) -> float:
@@ -301,10 +302,11 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     (easy to guess, and every log line writes `[redacted]` wherever their text appears: `admin`
     in each /_admin path, `pets` in each /v1/pets), PETSTORE_* variables that are no setting (a
     misspelt one is otherwise silently ignored), and Kubernetes' service links (ignored)."""
+    passwords = [settings.database_password] if settings.database_password else []
     secrets = [
         *((f"API key #{n}", "key", key) for n, key in enumerate(settings.api_keys, 1)),
         *((f"admin key #{n}", "key", key) for n, key in enumerate(settings.admin_keys, 1)),
-        ("the database's password", "password", settings.database_password or "-" * 16),
+        *(("the database's password", "password", password) for password in passwords),
     ]
     found = [
         f"{name} is {len(secret)} characters long: a short {kind} is easy to guess, and the "

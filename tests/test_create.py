@@ -584,10 +584,12 @@ async def test_a_validation_message_speaks_json_the_field_first(client: httpx.As
         await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1.5}),
         await client.post("/v1/pets", json={"name": "", "categoryId": 1}),
         await client.post("/v1/pets", json=[]),
+        await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1, "array": 1}),
     ]
     assert [assert_error(answer, 400, "validation_error") for answer in answers] == [
         "$.categoryId: expected an integer, got a string",
         "$.categoryId: expected an integer, got a number",
         "$.name: expected a string of length >= 1",
         "Expected an object, got an array",
+        "Object contains unknown field `array`",  # a field's name is no type's
     ]

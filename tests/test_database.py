@@ -339,7 +339,7 @@ def test_data_and_database_together_are_refused_in_one_line() -> None:
         "postgresql://",
         "postgresql://u:secret@h:port/db",
         "postgresql://u:secret@h1:5432,h2:99999/db",
-        "postgresql://u:sec?ret@h/db",
+        "postgresql://u:secret@h:¹²/db",  # digits, but not ASCII ones: int() refused them
     ],
 )
 def test_a_bad_database_url_is_refused_without_showing_it(bad: str) -> None:
@@ -358,6 +358,9 @@ def test_a_bad_database_url_is_refused_without_showing_it(bad: str) -> None:
         "postgresql://u:sec@ret@h:5432/db",
         "postgresql://u:sec@ret:1234@h/db",
         "postgresql://u:1#ret@h/db",
+        "postgresql://u:/secret@h/db",  # read as the host `u` and an empty port
+        "postgresql://u:2024/secret@h/db",  # as the host `u`, port 2024
+        "postgresql://u:sec?ret@h/db",
     ],
 )
 def test_a_password_that_could_be_read_two_ways_is_refused(url: str) -> None:

@@ -358,6 +358,9 @@ def test_redact_keeps_every_secret_out_of_a_record() -> None:
     trace = formatted("scope=%s", ({"query_string": f"k={encoded}".encode()},))
     assert trace == "scope={'query_string': b'k=[redacted]'}"
     assert formatted("%d%% done, 100%% sure", (50,)) == "50% done, 100% sure"
+    # Given decoded, a line writes no line break or terminal escape a client encoded beside.
+    forged = formatted("GET %s", (f"/x?k={encoded}&a=%0A127.0.0.1 forged%1B[2J",))
+    assert forged == "GET /x?k=[redacted]&a=\\x0a127.0.0.1 forged\\x1b[2J"
 
 
 def test_redacting_twice_leaves_the_marks_alone() -> None:
