@@ -38,8 +38,8 @@ from tables import (
 
 logger = logging.getLogger("petstore.store")
 
-# What an unreachable, stopping or refusing server raises: the request gets a 503, and the
-# service waits for it to come back. Anything else is a bug and answers 500.
+# What an unreachable, stopping or refusing server raises: a 503, and the service waits for
+# it to come back. Anything else is a bug and answers 500.
 UNAVAILABLE: Final = (
     OSError,
     TimeoutError,
@@ -50,11 +50,11 @@ UNAVAILABLE: Final = (
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
     asyncpg.exceptions.InvalidCatalogNameError,  # no such database
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
-    # A table renamed away or dropped (a right revoked is no outage: the probe would flap).
-    asyncpg.exceptions.UndefinedTableError,
+    asyncpg.exceptions.UndefinedTableError,  # renamed away (a right revoked is none: flaps)
     asyncpg.exceptions.UndefinedColumnError,
 )
 CONNECT_SECONDS: Final = 5.0
+MAYBE: Final = "this create may have been stored: retry it with its Idempotency-Key"
 POOL_SIZE: Final = 8
 PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked
 RETRY_SECONDS: Final = 0.25  # how often, during an outage, whether it is over
@@ -283,8 +283,8 @@ class DatabaseStore:
                 if (problem := self.unwritable) is not None:  # queued behind a failed commit
                     raise StorageUnavailable(problem)
                 pets = await self._commit(batch)
-            except UNAVAILABLE as error:
-                failure: BaseException = self._unavailable(error)
+            except UNAVAILABLE as error:  # the commit may have happened, unanswered: say so
+                failure: BaseException = StorageUnavailable(f"{self._unavailable(error)}; {MAYBE}")
             except StorageUnavailable as error:  # every id taken
                 failure = error
             except Exception as error:  # a bug: each create answers 500, the writer goes on

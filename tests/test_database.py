@@ -30,6 +30,7 @@ from tests.conftest import (
     AUTH,
     KEY,
     Launcher,
+    Server,
     ServerFactory,
     assert_error,
     free_port,
@@ -633,36 +634,43 @@ def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_ans
     """The server hangs (a network partition: connections open, nothing answers). A create
     and a read get their 503 within the statement's 10 s: the driver's own timeout then
     waited for its cancel request, which the hung server never takes, and answered after
-    20 s. SIGTERM while a create waits on it: the cut-off 500, where the connection had been
-    closed without an answer."""
+    20 s. The create's 503 says it may have been stored; one queued behind it is answered
+    with it, unsent (it waited for a connection of its own). SIGTERM while a create waits
+    on the database: the cut-off 500, where the connection had been closed unanswered."""
     url = own_postgres.url("postgres")
-    timed, stopped = (
-        start_server("--database", url),
-        start_server("--database", url, "--log-level", "trace"),
-    )
+    trace = ("--database", url, "--log-level", "trace")
+    timed, stopped = start_server(*trace), start_server(*trace)
+    in_app = "Started scope="  # uvicorn's trace of the app called
+
+    def entered(server: Server, before: int) -> None:
+        wait_until(lambda: server.stderr.count(in_app) > before, "the request in the app")
+
     with timed.client() as a, stopped.client() as b:
         a.timeout = b.timeout = httpx.Timeout(60)
         assert a.post("/v1/pets", json=REX).status_code == 201
         assert b.get("/v1/pets/1").status_code == 200
-        with own_postgres.hung(), concurrent.futures.ThreadPoolExecutor(3) as threads:
-            began = time.monotonic()
-            answers = [
-                threads.submit(a.post, "/v1/pets", json=TOM),
-                threads.submit(a.get, "/v1/pets/1"),
-            ]
-            before = stopped.stderr.count("Started scope=")
+        with own_postgres.hung(), concurrent.futures.ThreadPoolExecutor(4) as threads:
+            began, before = time.monotonic(), timed.stderr.count(in_app)
+            sent = threads.submit(a.post, "/v1/pets", json=TOM)
+            entered(timed, before)  # its commit under way: the next create waits behind it
+            queued = threads.submit(a.post, "/v1/pets", json=TOM)
+            read = threads.submit(a.get, "/v1/pets/1")
+            before = stopped.stderr.count(in_app)
             waiting = threads.submit(b.post, "/v1/pets", json=TOM)
-            # uvicorn's trace of the app called; the 5 s of grace that follow SIGTERM leave it
-            # waiting on the database.
-            wait_until(
-                lambda: stopped.stderr.count("Started scope=") > before, "the create in the app"
-            )
+            entered(stopped, before)  # the 5 s of grace after SIGTERM leave it on the database
             stopped.process.send_signal(signal.SIGTERM)
-            for answer in answers:
+            messages = [
                 assert_error(answer.result(), 503, "storage_unavailable")
+                for answer in (sent, queued, read)
+            ]
             assert time.monotonic() - began < 15  # 20 s before
-            message = assert_error(waiting.result(), 500, "internal_error")
-    assert message.startswith("The service stopped before this request was answered")
+            cut_off = assert_error(waiting.result(), 500, "internal_error")
+    assert messages[0] == (
+        "The database is unavailable: no answer in time; this create may have been stored:"
+        " retry it with its Idempotency-Key"
+    )
+    assert messages[1:] == ["The database is unavailable: no answer in time"] * 2
+    assert cut_off.startswith("The service stopped before this request was answered")
     assert stopped.process.wait(30) in (0, -15)
 
 
