@@ -178,6 +178,9 @@ class Cors(CORSMiddleware):
             allow_methods=("GET", "HEAD", "POST"),
             allow_headers=CORS_REQUEST_HEADERS,
             expose_headers=CORS_EXPOSED_HEADERS,
+            # A page of a configured origin may reach this service on a private address (the
+            # dev server on localhost): Chrome's Private Network Access asks first.
+            allow_private_network=True,
         )
 
     def preflight_response(self, request_headers: Headers) -> Response:

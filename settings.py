@@ -222,7 +222,8 @@ def _tokens(keys: list[tuple[str, str]]) -> tuple[str, ...]:
 
 
 # An origin as browsers send it: scheme, host and maybe a port; no path, not even a final /.
-_ORIGIN: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s,]+")
+_ORIGIN: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s,@]+")  # no user's part
+_HOST_PORT: Final = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]+))?")
 
 
 def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -231,15 +232,21 @@ def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tupl
     origins = _listed(flags.cors_origin, "--cors-origin", environ, "PETSTORE_CORS_ORIGINS")
     taken = []
     for origin, source in origins:
-        if origin != "*" and (not _ORIGIN.fullmatch(origin) or "*" in origin):
+        scheme, _, authority = origin.lower().partition("://")
+        parts = _HOST_PORT.fullmatch(authority) if _ORIGIN.fullmatch(origin) else None
+        if origin == "*":
+            taken.append(origin)
+        elif parts is None or "*" in origin:
             wildcard = " (no wildcard within an origin: name each one)" * ("*" in origin)
             raise SettingsError(
                 f"{source}: expected * or an origin like https://app.example:8080, got"
                 f" {origin!r}{wildcard}"
             )
-        scheme, _, authority = origin.lower().partition("://")
-        default = {"http": ":80", "https": ":443"}.get(scheme, "")
-        taken.append(f"{scheme}://{authority.removesuffix(default)}" if default else origin)
+        else:
+            host, port = parts.groups()
+            default = {"http": 80, "https": 443}.get(scheme)
+            port = "" if port is None or int(port) == default else f":{int(port)}"  # :080 is 80
+            taken.append(f"{scheme}://{host}{port}")
     return tuple(dict.fromkeys(taken))
 
 

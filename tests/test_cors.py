@@ -64,6 +64,21 @@ async def test_allowed_preflight_is_answered_before_the_credential(
 
 
 @pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
+async def test_a_configured_origin_may_reach_a_private_address(
+    client: httpx.AsyncClient,
+) -> None:
+    """Chrome's Private Network Access: a public page calling the dev server on localhost asks
+    in its preflight first (Starlette refuses by default: "Disallowed CORS private-network").
+    Allowed for a configured origin; another origin is still refused."""
+    asking = {"Access-Control-Request-Private-Network": "true"}
+    allowed = await client.options("/v1/pets", headers={**preflight(APP_ORIGIN), **asking})
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-private-network"] == "true"
+    other = await client.options("/v1/pets", headers={**preflight(OTHER_ORIGIN), **asking})
+    assert other.status_code == 400
+
+
+@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
 @pytest.mark.parametrize(
     ("headers", "refused"),
     [

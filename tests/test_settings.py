@@ -384,6 +384,8 @@ BAD_SETTINGS = [
     pytest.param(["--cors-origin", "http://app.example/"], {}, id="cors-origin-with-path"),
     pytest.param([], {"PETSTORE_CORS_ORIGINS": "app.example"}, id="env-cors-origin-no-scheme"),
     pytest.param(["--cors-origin", "https://*.app.example"], {}, id="cors-origin-wildcard"),
+    pytest.param(["--cors-origin", "https://user@app.example"], {}, id="cors-origin-userinfo"),
+    pytest.param(["--cors-origin", "https://app.example:"], {}, id="cors-origin-empty-port"),
     pytest.param(["--api-key", "same-key", "--admin-key", "same-key"], {}, id="key-both-kinds"),
     pytest.param([], {"PETSTORE_ADMIN_KEYS": "bad key"}, id="env-admin-key-with-space"),
     pytest.param(["--journal-size", "-1"], {}, id="journal-size-negative"),
@@ -567,13 +569,19 @@ def test_kubernetes_service_links_are_no_settings() -> None:
 def test_cors_origins_are_taken_as_browsers_send_them() -> None:
     """`HTTP://App.Example`, `http://app.example:80`: a browser sends the scheme and host in
     lower case and no default port, so these matched no request and allowed nothing."""
-    given = "HTTP://App.Example,http://app.example:80,https://app.example:443,http://h:8080,*"
+    given = (
+        "HTTP://App.Example,http://app.example:80,https://app.example:443,http://h:8080,*,"
+        "http://app.example:080,App://Local.Thing,http://[::1]:80,http://[::1]:3000"
+    )
     settings = load_settings([], {"PETSTORE_CORS_ORIGINS": given})
     assert settings.cors_origins == (
         "http://app.example",
         "https://app.example",
         "http://h:8080",
         "*",
+        "app://local.thing",
+        "http://[::1]",
+        "http://[::1]:3000",
     )
 
 
