@@ -307,7 +307,8 @@ def with_injected_faults(document: dict[str, Any]) -> None:
             deprecation = DEPRECATION_HEADERS if operation.get("deprecated") else {}
             for status, response in list(responses.items()):
                 if status in ("500", "503"):
-                    description = response["description"].replace(")", f", `{injected.value}`)")
+                    # error()'s description ends "(code `...`)": one code more in it.
+                    description = f"{response['description'][:-1]}, `{injected.value}`)"
                     headers = {**response.get("headers", {})}
                     headers.update(retry_after if status == "503" else {})
                     responses[status] = {**response, "description": description, "headers": headers}
