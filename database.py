@@ -50,7 +50,7 @@ UNAVAILABLE: Final = (
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
     asyncpg.exceptions.InvalidCatalogNameError,  # no such database
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
-    asyncpg.exceptions.UndefinedTableError,  # renamed away (a right revoked is none: flaps)
+    asyncpg.exceptions.UndefinedTableError,  # renamed away (not a right revoked: readiness flapped)
     asyncpg.exceptions.UndefinedColumnError,
 )
 CONNECT_SECONDS: Final = 5.0
