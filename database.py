@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import logging
 import time
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -18,6 +17,7 @@ import msgspec
 
 from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
 from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder
+from settings import describe, url_password
 from store import IDS_EXHAUSTED, Added, Page, ResetUnavailable, StorageUnavailable
 from tables import (
     COUNT,
@@ -60,14 +60,6 @@ PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked
 RETRY_SECONDS: Final = 0.25  # how often, during an outage, whether it is over
 
 
-def describe(url: str) -> str:
-    """The URL as logs may show it: host, port and database, never the user's password."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qs(parts.query)
-    hosts = parts.netloc.rpartition("@")[2]  # one HOST:PORT, or several joined by commas
-    return f"{hosts or ''.join(query.get('host', [])) or 'localhost'}{parts.path or '/'}"
-
-
 @dataclass(slots=True)
 class _Create:
     new_pet: NewPet
@@ -92,7 +84,7 @@ class DatabaseStore:
     def __init__(self, url: str, seed: Sequence[SeedPet] = ()) -> None:
         self.url = url
         self.where = describe(url)
-        self._password = urllib.parse.unquote(urllib.parse.urlsplit(url).password or "")
+        self._password = url_password(url) or ""
         self._seed = seed
         self._prepared = False  # the tables are there, with our schema version
         self._fatal: str | None = None  # a newer schema, found after the start

@@ -49,8 +49,7 @@ class Settings:
     @property
     def database_password(self) -> str | None:
         """The password the driver is given: the URL's (decoded), else PGPASSWORD's."""
-        password = urllib.parse.urlsplit(self.database).password if self.database else None
-        return urllib.parse.unquote(password) if password else self.pgpassword
+        return (url_password(self.database) if self.database else None) or self.pgpassword
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -136,6 +135,20 @@ def _database_url(text: str, name: str) -> str:
             " (an @, #, / or ? in the password written %40, %23, %2F or %3F)"
         )
     return text
+
+
+def url_password(url: str) -> str | None:
+    """The password a libpq URL holds, percent-decoded; None if it holds none."""
+    password = urllib.parse.urlsplit(url).password
+    return urllib.parse.unquote(password) if password else None
+
+
+def describe(url: str) -> str:
+    """The URL as logs may show it: host, port and database, never the user's password."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qs(parts.query)
+    hosts = parts.netloc.rpartition("@")[2]  # one HOST:PORT, or several joined by commas
+    return f"{hosts or ''.join(query.get('host', [])) or 'localhost'}{parts.path or '/'}"
 
 
 def _port(text: str) -> bool:

@@ -23,9 +23,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import Petstore, create_app
-from database import DatabaseStore, describe
+from database import DatabaseStore
 from opening import open_store
-from settings import Settings, SettingsError, load_settings
+from settings import Settings, SettingsError, describe, load_settings
 from tests.conftest import (
     AUTH,
     KEY,
