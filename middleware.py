@@ -175,7 +175,8 @@ class Cors(CORSMiddleware):
         super().__init__(
             app,
             allow_origins=origins,
-            allow_methods=("GET", "HEAD", "POST"),
+            # DELETE: a test harness in a browser clears the plane's journal and rules.
+            allow_methods=("GET", "HEAD", "POST", "DELETE"),
             allow_headers=CORS_REQUEST_HEADERS,
             expose_headers=CORS_EXPOSED_HEADERS,
             # A page of a configured origin may reach this service on a private address (the

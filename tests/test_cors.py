@@ -7,6 +7,7 @@ import pytest
 
 from settings import Settings
 from tests.conftest import KEY, ServerFactory, assert_error
+from tests.test_control_plane import ADMIN, ADMIN_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,7 @@ async def test_allowed_preflight_is_answered_before_the_credential(
     assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] == APP_ORIGIN
     methods = response.headers["access-control-allow-methods"]
-    assert {method.strip() for method in methods.split(",")} == {"GET", "HEAD", "POST"}
+    assert {method.strip() for method in methods.split(",")} == {"GET", "HEAD", "POST", "DELETE"}
     allowed = response.headers["access-control-allow-headers"].lower()
     assert set(REQUEST_HEADERS.split(", ")) <= {name.strip() for name in allowed.split(",")}
     assert "Origin" in response.headers["vary"]
@@ -125,6 +126,25 @@ async def test_answers_to_an_allowed_origin_expose_the_contract_headers(
     assert response.status_code == status
     assert response.headers["access-control-allow-origin"] == APP_ORIGIN
     assert exposed(response) == EXPOSED
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), cors_origins=(APP_ORIGIN,))],
+    ids=["cors-and-plane"],
+)
+async def test_a_browser_harness_can_clear_the_journal_and_the_rules(
+    client: httpx.AsyncClient,
+) -> None:
+    """A test harness in a page of a configured origin may DELETE the plane's journal and rules:
+    the preflight allows it, and the answer can be read."""
+    for path in ("/_admin/requests", "/_admin/faults"):
+        allowed = await client.options(path, headers=preflight(APP_ORIGIN, method="DELETE"))
+        assert allowed.status_code == 200
+        assert "DELETE" in allowed.headers["access-control-allow-methods"]
+        cleared = await client.delete(path, headers={"Origin": APP_ORIGIN, **ADMIN})
+        assert cleared.status_code == 204
+        assert cleared.headers["access-control-allow-origin"] == APP_ORIGIN
 
 
 @pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
