@@ -29,7 +29,6 @@ from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from datafile import FileStore
 from docs import Docs
 from faults import Faults
-from healthcheck import main as healthcheck
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
 from logs import access_log_stream, start_logging
@@ -65,11 +64,11 @@ from schemas import (
     ErrorCode,
     encoder,
 )
-from server import StallGuard, bound_socket, serve
+from server import bound_socket, http_protocol, serve
 from settings import Settings, SettingsError, load_settings, with_key
 from store import PetStore
 
-__all__ = ["Petstore", "StallGuard", "create_app", "main"]  # StallGuard: `--http app:StallGuard`
+__all__ = ["Petstore", "create_app", "main"]
 
 
 class Health:
@@ -157,8 +156,6 @@ class PetRoutes:
             return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, problem)
         return JSONResponse(b'{"status":"ready"}')
 
-
-# --------------------------------------------------------------------------- the app
 
 # --------------------------------------------------------------------------- the app
 
@@ -314,11 +311,9 @@ def build(settings: Settings) -> Petstore:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python app.py [flags]`: serve until SIGTERM or Ctrl-C. `python app.py healthcheck
-    [flags]`: whether the service these settings describe answers /healthz (exit 0 or 1)."""
+    """`python app.py [flags]`: serve until SIGTERM or Ctrl-C (`python app.py healthcheck` is
+    answered above, before the imports)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["healthcheck"]:  # as run by `python app.py`: above, before the imports
-        return healthcheck(argv[1:])
     if sys.stdout is None:  # closed by whoever started us: Python could not open it
         print(
             "petstore: stdout is closed: start with it open (>/dev/null drops the access log)",
@@ -357,8 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def __getattr__(name: str) -> Any:
-    """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use only."""
-    if name != "app":
+    """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use only, and with
+    `--http app:StallGuard` (which uvicorn imports first) the HTTP protocol of `python app.py`
+    for the same settings: their client timeout, `drop`, the server's 400s in the access log."""
+    if name not in ("app", "StallGuard"):
         raise AttributeError(name)
     try:
         settings, key_line = with_key(load_settings([], os.environ))
@@ -376,8 +373,8 @@ def __getattr__(name: str) -> Any:
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None
-    globals()["app"] = app
-    return app
+    globals().update(app=app, StallGuard=http_protocol(settings, app.access_log.refused))
+    return globals()[name]
 
 
 if __name__ == "__main__":

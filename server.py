@@ -99,8 +99,8 @@ class StallGuard(HttpToolsProtocol):
     @staticmethod
     def refused(client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int) -> bytes:
         """Note a 400 this protocol answers itself; the id it carries (the client's, or a made
-        one). serve() hands in AccessLog.refused, which writes its line, counts it and makes
-        one of the process's ids; this one serves `uvicorn app:app --http app:StallGuard`."""
+        one). http_protocol() hands in AccessLog.refused, which writes its line, counts it and
+        makes one of the process's ids; this one serves `--http server:StallGuard`."""
         return request_id or secrets.token_hex(8).encode()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -246,10 +246,12 @@ class StallGuard(HttpToolsProtocol):
 Refused = Callable[[tuple[str, int] | None, bytes | None, int], bytes]
 
 
-def _guard(timeout: float, offers_close: bool, refused: Refused) -> type[StallGuard]:
+def http_protocol(settings: Settings, refused: Refused) -> type[StallGuard]:
+    """StallGuard for these settings: their client timeout, `drop` offered with the
+    test-control plane on, and `refused` (AccessLog.refused) noting the server's own 400s."""
     attributes = {
-        "client_timeout": timeout,
-        "offers_close": offers_close,
+        "client_timeout": settings.client_timeout,
+        "offers_close": bool(settings.admin_keys),
         "refused": staticmethod(refused),
     }
     return type("StallGuard", (StallGuard,), attributes)
@@ -355,7 +357,7 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
         log_level=settings.log_level,
         access_log=False,  # ours is cheaper and keeps the duration
         log_config=logging_config(settings),  # so uvicorn installs no text handlers of its own
-        http=_guard(settings.client_timeout, bool(settings.admin_keys), refused),
+        http=http_protocol(settings, refused),
         lifespan="on",
         timeout_graceful_shutdown=5,
         server_header=False,

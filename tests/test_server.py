@@ -25,7 +25,8 @@ import uvicorn
 from starlette.types import Message, Scope
 
 from app import Petstore
-from server import _guard
+from server import http_protocol
+from settings import Settings
 from tests.conftest import (
     KEY,
     ROOT,
@@ -41,6 +42,7 @@ from tests.conftest import (
     free_port,
     wait_until,
 )
+from tests.test_control_plane import ADMIN, ADMIN_KEY
 
 OTHER_KEY = "other-key-9876543210"
 AUTH_LINE = b"Authorization: Bearer %s\r\n" % KEY.encode()
@@ -319,6 +321,41 @@ def test_uvicorn_app_reads_the_environment(launch: Launcher) -> None:
         assert (refused.status_code, refused.json()) == (401, WRONG_KEY)
     assert server.stop() in (0, -15)
     assert "uvicorn-a" not in server.stdout + server.stderr
+
+
+def test_uvicorn_with_app_s_protocol_has_its_settings(launch: Launcher) -> None:
+    """`uvicorn app:app --http app:StallGuard` is the protocol of `python app.py` for the
+    PETSTORE_* settings: the test-control plane's drop works, a stalled head is cut off at the
+    client timeout set, and bytes that are no request get one of the process's ids and a line."""
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--http", "app:StallGuard"]
+    settings = {
+        "PETSTORE_API_KEYS": KEY,
+        "PETSTORE_ADMIN_KEYS": ADMIN_KEY,
+        "PETSTORE_CLIENT_TIMEOUT": "1",
+    }
+    server = launch([*argv, "--port", str(port)], settings, port)
+    server.wait_ready()
+    with server.client() as http:
+        rule = {"operation": "getPet", "drop": True, "times": 1}
+        added = http.post("/_admin/faults", json=rule, headers=ADMIN)
+        assert added.status_code == 201, added.text
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as dropped:
+        dropped.sendall(b"GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\n%s\r\n" % AUTH_LINE)
+        assert dropped.recv(65536) == b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as stalled:
+        stalled.sendall(b"GET /v1/pets HTTP/1.1\r\n")  # the default cut-off is 10 s away
+        assert stalled.recv(65536) == b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as garbled:
+        garbled.sendall(b"GET /v1/pets HTTP/1.1\r\nNo colon here\r\n\r\n")
+        answer = garbled.makefile("rb").read()
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    request_id = re.search(rb"\r\nx-request-id: (\S+)\r\n", answer)
+    assert request_id is not None
+    assert MADE_ID.fullmatch(request_id[1].decode())
+    server.wait_for_output('"- -" 400 ')
+    assert server.stop() in (0, -15)
+    assert "Traceback" not in server.stderr
 
 
 def test_uvicorn_reload_over_memory_serves(launch: Launcher) -> None:
@@ -841,7 +878,7 @@ def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
 
     async def exchange() -> list[object]:
         config = uvicorn.Config(
-            app, port=0, http=_guard(10.0, False, app.access_log.refused), lifespan="off"
+            app, port=0, http=http_protocol(Settings(), app.access_log.refused), lifespan="off"
         )
         serving = uvicorn.Server(config)
         listener = socket.create_server(("127.0.0.1", 0))  # listening: connect at once
