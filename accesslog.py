@@ -15,9 +15,10 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from journal import Journal, redact, rfc3339
+from journal import Journal, rfc3339
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
+from redaction import redact
 from routing import REQUEST_ID_HEADER, STATUS, error_response, internal_error
 from schemas import ErrorCode
 

@@ -16,8 +16,8 @@ import asyncpg
 import msgspec
 
 from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
+from redaction import redact
 from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder
-from settings import describe, url_password
 from store import IDS_EXHAUSTED, Added, Page, ResetUnavailable, StorageUnavailable
 from tables import (
     COUNT,
@@ -81,10 +81,12 @@ class DatabaseStore:
     replica finds its key there.
     """
 
-    def __init__(self, url: str, seed: Sequence[SeedPet] = ()) -> None:
+    def __init__(
+        self, url: str, seed: Sequence[SeedPet] = (), *, where: str, password: str | None
+    ) -> None:
         self.url = url
-        self.where = describe(url)
-        self._password = url_password(url) or ""
+        self.where = where  # the database as logs name it (settings.describe)
+        self._password = password  # the driver's (the URL's or PGPASSWORD's), kept out of errors
         self._seed = seed
         self._prepared = False  # the tables are there, with our schema version
         self._fatal: str | None = None  # a newer schema, found after the start
@@ -384,7 +386,7 @@ class DatabaseStore:
             reason = "no answer in time"
         else:
             reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        return reason.replace(self._password, "***") if self._password else reason
+        return redact(reason, (self._password,)) if self._password else reason
 
 
 async def _keep_session(connection: asyncpg.Connection) -> None:

@@ -14,12 +14,12 @@ from typing import Final, NamedTuple
 import msgspec
 from starlette.types import Scope
 
+from redaction import REDACTED, redact, redact_encoded
 from routing import BODY, route_path
 from schemas import JOURNAL_BODY_LIMIT, JournalEntry
 
 # Never given out: they carry credentials.
 _UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-authorization"})
-REDACTED: Final = "[redacted]"
 
 
 class Recorded(NamedTuple):
@@ -54,9 +54,9 @@ _COPIED_OVER: Final = 512
 class Journal:
     """The last `size` requests under /v1, oldest first, each kept as one bytes object
     (MessagePack). The JSON is built when the journal is read, and only then are the
-    credential headers left out and any key of any kind (API or admin) found elsewhere (a
-    query, another header, a body, the path) replaced by "[redacted]": no key is ever in what
-    the journal gives out.
+    credential headers left out and every configured secret (keys of both kinds, the
+    database's password) found elsewhere (a query, another header, a body, the path) replaced
+    by REDACTED: no secret is ever in what the journal gives out.
 
     Why one bytes object: a request's values kept as they were (a tuple of about a dozen
     objects: its path, its headers and their tuples, its numbers, ...) took 408 bytes a
@@ -221,25 +221,3 @@ def _unescaped(text: str) -> str:
     return _JSON_ESCAPE.sub(
         lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2]), text
     )
-
-
-def redact_encoded(text: str, secrets: Iterable[str], decode: Callable[[str], str]) -> str:
-    """The text as sent, or decoded when a key hides in its encoding (a query's or a header's
-    percent-encoding, a body's JSON escapes): redacted either way."""
-    text = redact(text, secrets)
-    decoded = decode(text)
-    redacted = redact(decoded, secrets)
-    return redacted if redacted != decoded else text
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with each of `secrets` in it written as REDACTED (the journal, the access log's
-    lines and every other log line keep keys out this way)."""
-    for secret in secrets:
-        if secret in text:  # one scan a secret; a copy only when it is there
-            if secret in REDACTED:  # a piece of the mark ("e"): the marks already made stay
-                pieces = text.split(REDACTED)
-                text = REDACTED.join(piece.replace(secret, REDACTED) for piece in pieces)
-            else:
-                text = text.replace(secret, REDACTED)
-    return text

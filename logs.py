@@ -21,7 +21,8 @@ import msgspec
 import uvicorn.config
 from uvicorn.config import LOG_LEVELS
 
-from journal import redact, redact_encoded, rfc3339
+from journal import rfc3339
+from redaction import redact, redact_encoded
 from settings import Settings, cautions
 
 logger = logging.getLogger("petstore")

@@ -16,7 +16,7 @@ from datafile import FileStore
 from parsing import not_json_reason
 from records import DataFileError
 from schemas import SeedPet, seed_decoder
-from settings import Settings, SettingsError
+from settings import Settings, SettingsError, describe
 from store import MemoryStore, PetStore, seed_pets
 from tables import DatabaseError
 
@@ -67,7 +67,12 @@ def open_store(settings: Settings) -> PetStore:
         except ValueError as error:
             raise SettingsError(f"seed file {settings.seed}: {error}") from None
     if settings.database is not None:
-        database = DatabaseStore(settings.database, seed or ())
+        database = DatabaseStore(
+            settings.database,
+            seed or (),
+            where=describe(settings.database),
+            password=settings.database_password,
+        )
         try:
             database.prepare_now()  # seeds an empty database; waits for none that is down
         except DatabaseError as error:

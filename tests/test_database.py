@@ -674,12 +674,30 @@ def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_ans
     assert stopped.process.wait(30) in (0, -15)
 
 
+def test_an_outage_s_cause_never_shows_the_password_pgpassword_s_included(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An error whose text holds the password the driver was given (the URL's, or PGPASSWORD's
+    when the URL has none, which the store once left as it was) names it [redacted], in the
+    503s and in the log."""
+    url = "postgresql://u@db/pets"
+    settings = Settings(api_keys=(KEY,), database=url, pgpassword="a-pgpassword-0123456789")
+    store = DatabaseStore(url, where="db/pets", password=settings.database_password)
+    with caplog.at_level("WARNING", logger="petstore.store"):
+        store._went_down(RuntimeError("server said a-pgpassword-0123456789!"), "then")
+    assert store.unwritable == "The database is unavailable: RuntimeError: server said [redacted]!"
+    assert "a-pgpassword" not in caplog.text
+
+
 def test_the_503s_name_the_outage_s_latest_cause_and_the_log_its_first(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A server shutting down, then refusing connections: every 503 of the outage named the
     first cause ("the database system is shutting down") long after it stopped being true."""
-    store = DatabaseStore("postgresql://u:a-password-0123456789@db/pets")
+    settings = Settings(api_keys=(KEY,), database="postgresql://u:a-password-0123456789@db/pets")
+    store = DatabaseStore(
+        settings.database or "", where="db/pets", password=settings.database_password
+    )
     with caplog.at_level("WARNING", logger="petstore.store"):
         store._went_down(asyncpg.exceptions.CannotConnectNowError("shutting down"), "then")
         store._went_down(ConnectionRefusedError(111, "Connection refused"), "then")
