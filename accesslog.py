@@ -20,13 +20,22 @@ from logs import write_stdout
 from metrics import OTHER, RequestCounts
 from redaction import redact
 from routing import REQUEST_ID_HEADER, STATUS, error_response, internal_error
-from schemas import ErrorCode
+from schemas import ErrorCode, encoder
 
 logger = logging.getLogger("petstore")
 
 # X-Request-Id as the contract takes it from a client: 1 to 128 visible ASCII characters.
 REQUEST_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
-# The last two hex digits of the ids this process makes (AccessLog.more_ids).
+
+
+def client_request_id(value: bytes) -> bytes | None:
+    """A client's X-Request-Id value as the service takes it (whitespace after it is not part
+    of it), None when it is not usable. AccessLog.__call__ has it inline: a call less a request."""
+    sent = value.rstrip(b" \t")
+    return sent if REQUEST_ID.fullmatch(sent) else None
+
+
+# The last two hex digits of the ids this process makes (AccessLog.refill_ids).
 _ID_ENDINGS: Final = tuple(b"%02x" % ending for ending in range(256))
 _ID_HEADER_NAME: Final = b"x-request-id"
 
@@ -43,7 +52,6 @@ class AccessLine(msgspec.Struct):
     requestId: str
 
 
-_access_line_encoder: Final = msgspec.json.Encoder()
 # Lines formatted between two turns of the event loop: about 0.2 ms of work.
 _LINES_A_CHUNK: Final = 256
 # A request as the access log notes it: client, method, path, status (None: dropped, no
@@ -97,18 +105,18 @@ class AccessLog:
         self.id_blocks = itertools.count(1)  # of 256 ids: the counter's digits but the last two
         self.made_ids: Iterator[tuple[bytes, bytes]] = iter(())
 
-    def more_ids(self) -> tuple[bytes, bytes]:
-        """The next of the ids this process makes, as its header, 256 made at a time: the
-        prefix and a hex counter whose last two digits come from a table (made once), joined
-        and split in one go, each paired with the header's name as zip takes it. Formatting
-        each id as its request came (`b"%s%x" % ...`) cost 1.5k instructions, about as much as
-        all the rest of a request's id."""
+    def refill_ids(self) -> tuple[bytes, bytes]:
+        """Make the next 256 of the ids this process makes, as headers, and give the first:
+        the prefix and a hex counter whose last two digits come from a table (made once),
+        joined and split in one go, each paired with the header's name as zip takes it.
+        Formatting each id as its request came (`b"%s%x" % ...`) cost about as much as all the
+        rest of a request's id."""
         head = b"%s%x" % (self.id_prefix, next(self.id_blocks))
         ids = (head + (b" " + head).join(_ID_ENDINGS)).split()
         self.made_ids = zip(itertools.repeat(_ID_HEADER_NAME), ids, strict=False)
         return next(self.made_ids)
 
-    def refused(
+    def note_refusal(
         self, client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int
     ) -> bytes:
         """Note a request the server answered itself, never passing through this layer: a 400
@@ -118,7 +126,7 @@ class AccessLog:
         header = (
             (_ID_HEADER_NAME, request_id)
             if request_id is not None
-            else next(self.made_ids, None) or self.more_ids()
+            else next(self.made_ids, None) or self.refill_ids()
         )
         if self.counts is not None:
             self.counts.pending[OTHER, OTHER, 400].append(elapsed_ns)
@@ -134,14 +142,14 @@ class AccessLog:
             return
         started = time.perf_counter_ns()
         request_id = None
-        for name, value in scope["headers"]:  # inline, not a method: a call less a request
+        for name, value in scope["headers"]:  # client_request_id inline: a call less a request
             if name == b"x-request-id":
-                sent = value.rstrip(b" \t")  # whitespace around a value is not part of it
+                sent = value.rstrip(b" \t")
                 if REQUEST_ID.fullmatch(sent):
                     request_id = (name, sent)
                 break
         if request_id is None:
-            request_id = next(self.made_ids, None) or self.more_ids()
+            request_id = next(self.made_ids, None) or self.refill_ids()
         scope[REQUEST_ID_HEADER] = request_id
         try:
             await self.app(scope, receive, send)
@@ -160,7 +168,7 @@ class AccessLog:
                 if journal is not None:  # the test-control plane is on; None: no answer sent
                     journal.record(scope, started, elapsed, status, request_id[1])
                 if counts is not None:  # inline, not a method of RequestCounts: a call less
-                    route = scope.get("route")  # set by the router that took the path
+                    route = scope.get("route")  # routed, or a 401 (IndexedRouter.route_headers)
                     template = route.path if route is not None else counts.unrouted(scope)
                     counts.pending[scope["method"], template, status].append(elapsed)
                 if stream:
@@ -190,7 +198,7 @@ class AccessLog:
         milliseconds and tripled the p99 of everything waiting behind it), then written in one
         go: each write wakes the stream's thread (logs.Outlet), which then takes the GIL.
         Cancelled between two chunks (the lifespan's end cancels the task that drains), it
-        writes what it formatted and leaves the rest, first, to flush(): they were lost."""
+        writes what it formatted and puts the rest back, first, for flush()."""
         entries, self.entries = self.entries, []
         lines: list[str] = []
         try:
@@ -269,7 +277,7 @@ class AccessLog:
             )
             for client, method, path, status, elapsed, request_id, started in entries
         ]
-        return _access_line_encoder.encode_lines(lines).decode()
+        return encoder.encode_lines(lines).decode()
 
 
 def _plain(path: str) -> bool:
@@ -278,7 +286,7 @@ def _plain(path: str) -> bool:
 
 
 def cut_off() -> Response:
-    """The answer to a request the shutdown cut off: its 5 s of grace ran out."""
+    """The answer to a request the shutdown cut off: its grace ran out."""
     return error_response(
         500,
         ErrorCode.INTERNAL_ERROR,
@@ -289,7 +297,7 @@ def cut_off() -> Response:
 
 def _json_escaped(text: str) -> str:
     """`text` as it is inside a JSON string msgspec writes."""
-    return _access_line_encoder.encode(text).decode()[1:-1]
+    return encoder.encode(text).decode()[1:-1]
 
 
 def _escaped(text: str) -> str:

@@ -90,15 +90,15 @@ class ControlPlane:
             if limit is None or limit < 1:
                 raise invalid("Query parameter `limit` must be a positive integer")
         if self.journal is None:  # --journal-size 0: nothing is recorded
-            return JSONResponse(b'{"requests":[],"dropped":0}')
+            return JSONResponse(encoder.encode(JournalDocument(requests=[], dropped=0)))
         entries = self.journal.entries(
             method=filters["method"].upper() if "method" in filters else None,
             path=filters.get("path"),
             status=status,
             limit=limit,
         )
-        body = encoder.encode({"requests": entries, "dropped": self.journal.dropped})
-        return JSONResponse(body)
+        document = JournalDocument(requests=entries, dropped=self.journal.dropped)
+        return JSONResponse(encoder.encode(document))
 
     async def clear_requests(self, scope: Scope, receive: Receive) -> Response:
         if self.journal is not None:
@@ -111,7 +111,7 @@ class ControlPlane:
     async def add_fault(self, scope: Scope, receive: Receive) -> Response:
         require_json(scope)
         rule = decode_fault_rule(await read_body(scope, receive, _RULE_BODY_LIMIT))
-        check_rule(rule)
+        check_rule(rule)  # before the protocol's check: a rule that is wrong is told so first
         if rule.drop is True and CLOSE_EXTENSION not in (scope.get("extensions") or {}):
             raise invalid(
                 "`drop` needs the service's own HTTP protocol: run `python app.py`, or uvicorn "
@@ -173,7 +173,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
             "responses": {**responses, "401": unauthorized, "500": internal},
         }
 
-    def query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    def query_parameter(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {
             "name": name,
             "in": "query",
@@ -191,14 +191,14 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
         },
     )
     list_requests["parameters"] = [
-        query("method", "Only requests with this method", {"type": "string"}),
-        query("path", "Only requests for exactly this path", {"type": "string"}),
-        query(
+        query_parameter("method", "Only requests with this method", {"type": "string"}),
+        query_parameter("path", "Only requests for exactly this path", {"type": "string"}),
+        query_parameter(
             "status",
             "Only requests answered with this status",
             {"type": "integer", "minimum": 100, "maximum": 599},
         ),
-        query("limit", "Only the newest N of those", {"type": "integer", "minimum": 1}),
+        query_parameter("limit", "Only the newest N of those", {"type": "integer", "minimum": 1}),
     ]
     add_fault = operation(
         "addFault",

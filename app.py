@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
-    # Before the imports below: the image's HEALTHCHECK runs this every 10 s, and they cost
-    # 0.2 CPU-seconds a time that the check has no use for (healthcheck.py).
+    # Before the imports below: the image's HEALTHCHECK runs this every 10 s, and needs none
+    # of them (healthcheck.py says why).
     from healthcheck import main as check
 
     sys.exit(check(sys.argv[2:]))
@@ -59,7 +59,7 @@ from schemas import (
     DEPRECATION,
     INT64_MAX,
     INT64_MIN,
-    SUCCESSOR_PATH,
+    PETS_PATH,
     SUNSET,
     ErrorCode,
     encoder,
@@ -100,7 +100,7 @@ class PetRoutes:
             return JSONResponse(encoder.encode(page.pets))
         query = f"limit={limit}&status={status.value}" if status else f"limit={limit}"
         root_path = scope.get("root_path", "")
-        link = f'<{root_path}/v1/pets?{query}&after={page.pets[-1].id}>; rel="next"'
+        link = f'<{root_path}{PETS_PATH}?{query}&after={page.pets[-1].id}>; rel="next"'
         return JSONResponse(encoder.encode(page.pets), 200, [(b"link", link.encode())])
 
     async def create_pet(self, scope: Scope, receive: Receive) -> Response:
@@ -121,7 +121,7 @@ class PetRoutes:
                 ErrorCode.IDEMPOTENCY_KEY_REUSED,
                 "This Idempotency-Key was used with a different request",
             ) from None
-        location = f"{scope.get('root_path', '')}/v1/pets/{pet.id}"
+        location = f"{scope.get('root_path', '')}{PETS_PATH}/{pet.id}"
         headers = [(b"location", location.encode())]
         if replayed:
             headers.append((b"idempotent-replayed", b"true"))
@@ -165,9 +165,12 @@ API_AREA: Final = Area("/v1", BEARER_REALM, "API key", frozenset({OPENAPI_PATH})
 ADMIN_AREA: Final = Area(ADMIN_PREFIX, ADMIN_REALM, "admin key", frozenset({ADMIN_OPENAPI_PATH}))
 
 # How often the access log's lines are written: a request's fields wait at most this long for
-# theirs. Every 0.5 s, 7,500 requests' fields (at 15,000 a second) stayed alive at once, and
-# that cost 1.7 % of getPet's requests per CPU-second and 3.5 % of the 401's, side by side.
+# theirs. Every 0.5 s, thousands of requests' fields stayed alive at once, which cost
+# throughput (bench/HISTORY.md, 2026-11-24).
 LOG_EVERY: Final = 0.05
+# How often the requests' durations are folded into the metrics' counts: each fold is then
+# about as long as one chunk of the access log's lines (_fold_every).
+FOLD_EVERY: Final = 0.05
 
 
 class Petstore:
@@ -210,7 +213,7 @@ def create_app(
     deprecation = {
         "Deprecation": DEPRECATION,
         "Sunset": SUNSET,
-        "Link": f'<{{root_path}}{SUCCESSOR_PATH}>; rel="successor-version"',
+        "Link": f'<{{root_path}}{PETS_PATH}>; rel="successor-version"',
     }
 
     @contextlib.asynccontextmanager
@@ -221,7 +224,7 @@ def create_app(
         if access_log:
             tasks.append(asyncio.create_task(_flush_every(log, LOG_EVERY)))
         if counts is not None:
-            tasks.append(asyncio.create_task(_fold_every(counts, 0.05)))
+            tasks.append(asyncio.create_task(_fold_every(counts, FOLD_EVERY)))
         health.started = True
         try:
             yield
@@ -245,7 +248,7 @@ def create_app(
     intercept = plane.faults.intercept if plane else None
     routes = [
         Route(
-            "/v1/pets/{petId}",
+            PETS_PATH + "/{petId}",
             Endpoint(
                 {"GET": handlers.get_pet},
                 deprecation,
@@ -254,7 +257,7 @@ def create_app(
             ),
         ),
         Route(
-            "/v1/pets",
+            PETS_PATH,
             Endpoint(
                 {"GET": handlers.list_pets, "POST": handlers.create_pet},
                 operations={"GET": "listPets", "POST": "createPet"},
@@ -269,7 +272,7 @@ def create_app(
         *(plane.routes() if plane else ()),
     ]
     router = IndexedRouter(routes, lifespan=lifespan)
-    credentials = [Credentials(settings.api_keys, API_AREA, router.headers_for)]
+    credentials = [Credentials(settings.api_keys, API_AREA, router.route_headers)]
     if plane:
         credentials.append(Credentials(settings.admin_keys, ADMIN_AREA))
     app: ASGIApp = BearerAuth(router, credentials)
@@ -342,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             app.app,
             settings,
             app.health.stop,
-            refused=app.access_log.refused,
+            note_refusal=app.access_log.note_refusal,
             sock=sock,
             announce=announce,
         )
@@ -373,7 +376,7 @@ def __getattr__(name: str) -> Any:
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None
-    globals().update(app=app, StallGuard=http_protocol(settings, app.access_log.refused))
+    globals().update(app=app, StallGuard=http_protocol(settings, app.access_log.note_refusal))
     return globals()[name]
 
 

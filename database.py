@@ -17,7 +17,7 @@ import msgspec
 
 from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
 from redaction import redact
-from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder
+from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder, stored_pet
 from store import IDS_EXHAUSTED, Added, Page, ResetUnavailable, StorageUnavailable
 from tables import (
     COUNT,
@@ -50,11 +50,13 @@ UNAVAILABLE: Final = (
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
     asyncpg.exceptions.InvalidCatalogNameError,  # no such database
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
-    asyncpg.exceptions.UndefinedTableError,  # renamed away (not a right revoked: readiness flapped)
+    # A table renamed or dropped: an outage until it is back (a revoked right is a 500).
+    asyncpg.exceptions.UndefinedTableError,
     asyncpg.exceptions.UndefinedColumnError,
 )
 CONNECT_SECONDS: Final = 5.0
 MAYBE: Final = "this create may have been stored: retry it with its Idempotency-Key"
+_NOT_READY: Final = "The database is unavailable: not ready yet"
 POOL_SIZE: Final = 8
 PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked
 RETRY_SECONDS: Final = 0.25  # how often, during an outage, whether it is over
@@ -140,7 +142,8 @@ class DatabaseStore:
         self._prepared = True
 
     def seed(self, pets: Sequence[SeedPet]) -> bool:
-        """Seeding happens in `prepare_now` (or once the database is back): opening.py."""
+        """Never called by opening.py, which hands the seed to the constructor: `prepare_now`
+        (or the first connection once the database is back) seeds an empty database."""
         self._seed = pets
         return False
 
@@ -181,7 +184,7 @@ class DatabaseStore:
         if self._fatal is not None:
             return self._fatal
         if self._outage is not None or not self._prepared:
-            return f"The database is unavailable: {self._outage or 'not ready yet'}"
+            return f"The database is unavailable: {self._outage}" if self._outage else _NOT_READY
         return None
 
     @property
@@ -192,7 +195,7 @@ class DatabaseStore:
         """The pool, or StorageUnavailable at once while the database is known to be away:
         the probe finds out when it is back, and requests don't each wait for a timeout."""
         if (problem := self.unwritable) is not None or self._pool is None:
-            raise StorageUnavailable(problem or "The database is unavailable: not ready yet")
+            raise StorageUnavailable(problem or _NOT_READY)
         return self._pool
 
     async def get(self, pet_id: int) -> Pet | None:
@@ -262,9 +265,8 @@ class DatabaseStore:
     # The writer and the probe, tasks on the service's event loop.
 
     async def _write_loop(self) -> None:
-        """Commit what is queued, batch after batch; wait only when nothing is. (Waiting for
-        a wake-up after each commit, it slept through close()'s when creates had queued
-        behind a slow commit, and the service never exited.)"""
+        """Commit what is queued, batch after batch; wait only when nothing is: a wake-up
+        (close()'s too) that came during a slow commit would be slept through for good."""
         while True:
             if not self._pending:
                 if self._closing:
@@ -296,15 +298,8 @@ class DatabaseStore:
         """Store the batch with one statement (see tables.CREATE). A keyed create whose key
         another replica committed meanwhile is not inserted (None); its id stays unused."""
         assert self._pool is not None
-        pets = [
-            Pet(
-                id=0,  # the database puts the id in front of the rest of the JSON
-                name=create.new_pet.name,
-                categoryId=int(create.new_pet.categoryId),
-                status=create.new_pet.status,
-            )
-            for create in batch
-        ]
+        # Id 0: the database puts the id in front of the rest of the JSON.
+        pets = [stored_pet(0, create.new_pet) for create in batch]
         row = await answered(
             self._pool,
             "fetchrow",
@@ -345,11 +340,11 @@ class DatabaseStore:
                 self._fatal = f"The service can't use this database: {error}"
                 return
             except UNAVAILABLE as error:
-                self._went_down(error, "creates and reads answer 503 until it is back")
+                self._went_down(error)
             except Exception as error:  # a bug: said, and tried again as after an outage
                 if self._outage is None:
                     logger.exception("database %s: checking it failed", self.where)
-                self._went_down(error, "creates and reads answer 503 until it is back")
+                self._went_down(error)
             else:
                 self._came_back()
             self._wake_probe.clear()
@@ -360,11 +355,13 @@ class DatabaseStore:
     # Outages: one line when one begins, one when it ends.
 
     def _unavailable(self, error: BaseException) -> StorageUnavailable:
-        self._went_down(error, "creates and reads answer 503 until it is back")
+        self._went_down(error)
         self._wake_probe.set()  # look again at once: a single dropped connection is no outage
         return StorageUnavailable(f"The database is unavailable: {self._outage}")
 
-    def _went_down(self, error: BaseException, then: str) -> None:
+    def _went_down(
+        self, error: BaseException, then: str = "creates and reads answer 503 until it is back"
+    ) -> None:
         """Note the outage's cause: logged when it begins; the 503s name the latest one (a
         server shutting down, then refusing connections)."""
         known, self._outage = self._outage, self._reason(error)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from idempotency import IdempotencyKeys
 from metrics import Histogram
 from records import DataFileError, KeyedRecord, parse_records, split_torn_tail
-from schemas import INT64_MAX, NewPet, Pet, SeedPet, encoder
+from schemas import INT64_MAX, NewPet, Pet, SeedPet, encoder, stored_pet
 from store import (
     IDS_EXHAUSTED,
     Added,
@@ -60,7 +60,8 @@ class _Write:
 
 
 class FileStore(IndexedReads):
-    """Pets in a JSON Lines file, one Pet a line, appended and fsynced before a create returns.
+    """Pets in a JSON Lines file, one record a line (records.py), appended and fsynced before a
+    create returns.
 
     One writer thread takes every create queued since its last write and commits them with one
     write and one fsync (group commit). Pets reach the index only once durable, so a read never
@@ -187,12 +188,7 @@ class FileStore(IndexedReads):
                 if idempotency_key is not None:
                     self._keys.release(idempotency_key)
                 raise StorageUnavailable(refused)
-            pet = Pet(
-                id=self._next_id,
-                name=new_pet.name,
-                categoryId=int(new_pet.categoryId),
-                status=new_pet.status,
-            )
+            pet = stored_pet(self._next_id, new_pet)
             self._next_id += 1  # taken for good, even if this write fails
             if idempotency_key is None:
                 write = _Write(pet, encoder.encode(pet) + b"\n", done)

@@ -49,7 +49,8 @@ def check_rule(rule: NewFaultRule) -> None:
     if rule.status is not msgspec.UNSET and drop:
         raise invalid("`status` and `drop` exclude each other")
     if rule.retryAfter is not msgspec.UNSET and rule.status not in RETRY_AFTER_STATUSES:
-        raise invalid("`retryAfter` goes only with `status` 429 or 503")
+        statuses = " or ".join(map(str, RETRY_AFTER_STATUSES))
+        raise invalid(f"`retryAfter` goes only with `status` {statuses}")
 
 
 class Faults:
@@ -68,6 +69,7 @@ class Faults:
         self.ids = itertools.count(1)
 
     def add(self, rule: NewFaultRule) -> FaultRule:
+        """A rule in force from now on, checked first (check_rule)."""
         check_rule(rule)
         fields = msgspec.structs.asdict(rule)
         if fields["drop"] is False:

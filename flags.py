@@ -1,5 +1,7 @@
-"""The command line: the service's flags, their help, and refusing an argument that is none of
-them without showing it (it may be a key). settings.py reads the flags with the environment."""
+"""The command line: the service's flags, their help, an unknown argument refused unshown.
+
+An argument that is none of them is refused without showing it (it may be a key); settings.py
+reads the flags with the environment."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 # uvicorn's levels (uvicorn.config.LOG_LEVELS, which logs.py maps), named here so that
-# `healthcheck`, which reads the settings every 10 s, needn't import uvicorn (0.1 s of CPU).
+# `healthcheck`, which reads the settings every 10 s, needn't import uvicorn.
 LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
 
 EPILOG: Final = """\
@@ -25,7 +27,7 @@ take a comma-separated list, PETSTORE_API_KEYS_FILE a file, PETSTORE_DATABASE_UR
 
 
 # Each flag, its value's name and its help (the default in parentheses).
-_FLAGS: Final = (
+FLAGS: Final = (
     ("--host", "HOST", "address to listen on (127.0.0.1)"),
     ("--port", "PORT", "port to listen on, 0 for any free one (8000)"),
     ("--data", "FILE", "keep pets in this JSON Lines file (in memory)"),
@@ -89,7 +91,7 @@ def parser() -> Parser:
         allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for name, metavar, text in _FLAGS:
+    for name, metavar, text in FLAGS:
         repeatable = text.endswith(", repeatable")
         parser.add_argument(
             name, metavar=metavar, help=text, action="append" if repeatable else "store"

@@ -1,5 +1,4 @@
-"""A response's head for uvicorn's HTTP protocol: QuickHead, uvicorn's cycle of one request
-whose header lines are checked and made once and reused."""
+"""A response's head for uvicorn's HTTP protocol: QuickHead, its header lines made once."""
 
 from __future__ import annotations
 

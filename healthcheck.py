@@ -1,9 +1,9 @@
-"""`python app.py healthcheck`: whether the service the settings describe answers /healthz
-(or, with `--ready`, /readyz).
+"""`python app.py healthcheck`: whether the service the settings describe answers /healthz.
 
-The image's HEALTHCHECK runs it every 10 s, so it imports the standard library and settings.py
-only (app.py runs it before its own imports): the whole service took 0.25 CPU-seconds to
-import, 2.5 % of a core spent on checks, and more than the check's 3 s under `--cpus 0.1`."""
+With `--ready`, /readyz instead. The image's HEALTHCHECK runs it every 10 s, so it imports the
+standard library, settings.py and flags.py only (app.py runs it before its own imports):
+importing the whole service each time cost more CPU than the check, and under `--cpus 0.1`
+more than the check's 3 s (README: Running in a container)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-from settings import Settings, SettingsError, load_settings
+from settings import Settings, SettingsError, bracketed, load_settings
 
 # Where `healthcheck` asks when the service listens on every address.
 _LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - maps away from them
@@ -53,8 +53,7 @@ def healthcheck(settings: Settings, path: str = "/healthz") -> int:
     """0 when `path` answers 200 within 2 s, else 1 and one line on stderr. No curl in a slim
     image, and no HTTP proxy consulted (http.client uses none)."""
     host = _LOOPBACK.get(settings.host, settings.host)
-    address = f"[{host}]" if ":" in host else host
-    url = f"http://{address}:{settings.port}{path}"
+    url = f"http://{bracketed(host)}:{settings.port}{path}"
     # The alarm is the whole check's limit (with a timeout alone, each read's, an answer sent
     # a byte at a time passed after 19 s); the timeout, longer, is there should it not ring.
     connection = http.client.HTTPConnection(host, settings.port, timeout=_HEALTHCHECK_SECONDS + 1)

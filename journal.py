@@ -198,7 +198,8 @@ class Journal:
 def rfc3339(time_ns: int) -> str:
     """A wall-clock time (ns since the epoch) as RFC 3339 in UTC, to the microsecond (cut, not
     rounded). The date and time to the second are made once a second: a datetime made and
-    formatted for each of the access log's JSON lines cost 21k instructions, 4x this."""
+    formatted for each of the access log's JSON lines cost several times this (README:
+    Performance)."""
     seconds, ns = divmod(time_ns, 1_000_000_000)
     return f"{_to_the_second(seconds)}.{ns // 1000:06d}Z"
 

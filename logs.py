@@ -1,6 +1,7 @@
-"""The logs: one logging configuration for the service and uvicorn (text or JSON lines), the
-filter that keeps every secret out of them, and the streams they go to (Outlet: written by a
-thread, so that a reader who stops reading never stops the service)."""
+"""The logs: one logging configuration (text or JSON lines), Redact, and Outlet.
+
+Redact keeps every secret out of every line; Outlet writes a stream from a thread of its own,
+so that a reader who stops reading never stops the service."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TextIO
 
-import msgspec
 import uvicorn.config
 from uvicorn.config import LOG_LEVELS
 
 from journal import rfc3339
 from redaction import redact, redact_encoded
+from schemas import encoder
 from settings import Settings, cautions
 
 logger = logging.getLogger("petstore")
@@ -85,10 +86,7 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:  # its text as Redact left it, when it did
             line["exc_info"] = record.exc_text or self.formatException(record.exc_info)
-        return _log_line_encoder.encode(line).decode()
-
-
-_log_line_encoder: Final = msgspec.json.Encoder()
+        return encoder.encode(line).decode()
 
 
 class Outlet:

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
@@ -32,6 +32,11 @@ class RootPath:
         if scope["type"] in ("http", "websocket") and not scope.get("root_path"):
             scope = {**scope, "root_path": self.root_path, "path": self.root_path + scope["path"]}
         await self.app(scope, receive, send)
+
+
+# Why a request gets its 401: no credential; one of another scheme (or `Bearer` with no
+# token); a bearer token that is not one of the keys.
+Refusal = Literal["missing", "not_bearer", "not_accepted"]
 
 
 @dataclass(frozen=True)
@@ -66,22 +71,22 @@ class Credentials:
         key_name = area.key_name
         challenge = f'Bearer realm="{area.realm}"'
         # Built once (the 401 is a hot path too), by what was sent: nothing, a credential of
-        # another scheme (or `Bearer` with no token), a bearer token.
+        # another scheme (or `Bearer` with no token), a bearer token not accepted.
         send = f"send Authorization: Bearer <{key_name}>"
-        self.refusals = {
-            None: error_response(
+        self.refusals: dict[Refusal, Response] = {
+            "missing": error_response(
                 401,
                 ErrorCode.UNAUTHORIZED,
                 f"Missing credential: {send}",
                 {"WWW-Authenticate": challenge},
             ),
-            False: error_response(
+            "not_bearer": error_response(
                 401,
                 ErrorCode.UNAUTHORIZED,
                 f"Not a bearer token: {send}",
                 {"WWW-Authenticate": challenge},
             ),
-            True: error_response(
+            "not_accepted": error_response(
                 401,
                 ErrorCode.UNAUTHORIZED,
                 f"The {key_name} is not accepted",
@@ -102,10 +107,9 @@ class Credentials:
             path not in self.public_paths
         )
 
-    def refusal(self, scope: Scope, is_bearer: bool | None) -> JSONResponse:
-        """The 401 for a request whose key is not accepted (`is_bearer`: a bearer token was
-        sent; False: a credential of another kind; None: none)."""
-        refusal = self.refusals[is_bearer]
+    def refusal(self, scope: Scope, why: Refusal) -> JSONResponse:
+        """The 401 for a request without a key of this set, for the reason given."""
+        refusal = self.refusals[why]
         response = JSONResponse(bytes(refusal.body), 401)
         response.raw_headers = [*refusal.raw_headers, *self.headers_for(scope)]
         return response
@@ -135,8 +139,12 @@ class BearerAuth:
                     token = token.strip(b" \t")
                     is_bearer = scheme.lower() == b"bearer" and bool(token)
                     if not (is_bearer and credentials.accepts(token)):
-                        sent = is_bearer if authorization else None
-                        await credentials.refusal(scope, sent)(scope, receive, send)
+                        why: Refusal = (
+                            "not_accepted"
+                            if is_bearer
+                            else ("not_bearer" if authorization else "missing")
+                        )
+                        await credentials.refusal(scope, why)(scope, receive, send)
                         return
                     break
         await self.app(scope, receive, send)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any, Final
 
 import msgspec
@@ -9,10 +10,12 @@ import msgspec
 from schemas import (
     DEPRECATION,
     IDEMPOTENCY_HEADER_PATTERN,
+    INJECTABLE_STATUSES,
     INT64_MAX,
     LIMIT_DEFAULT,
     LIMIT_MAX,
     LIMIT_MIN,
+    RETRY_AFTER_STATUSES,
     SUNSET,
     Error,
     ErrorCode,
@@ -305,20 +308,18 @@ def with_injected_faults(document: dict[str, Any]) -> None:
         for operation in operations.values():
             responses = operation["responses"]
             deprecation = DEPRECATION_HEADERS if operation.get("deprecated") else {}
-            for status, response in list(responses.items()):
-                if status in ("500", "503"):
+            for code in INJECTABLE_STATUSES:
+                status, retry = str(code), retry_after if code in RETRY_AFTER_STATUSES else {}
+                if (response := responses.get(status)) is not None:  # the operation's 500, 503
                     # error()'s description ends "(code `...`)": one code more in it.
                     description = f"{response['description'][:-1]}, `{injected.value}`)"
-                    headers = {**response.get("headers", {})}
-                    headers.update(retry_after if status == "503" else {})
+                    headers = {**response.get("headers", {}), **retry}
                     responses[status] = {**response, "description": description, "headers": headers}
-            for status, name in (
-                ("429", "Too many requests"),
-                ("502", "Bad gateway"),
-                ("504", "Gateway timeout"),
-            ):
-                headers = {**deprecation, **(retry_after if status == "429" else {})}
-                responses[status] = error(
-                    f"{name}, injected by the test-control plane", injected, headers=headers
-                )
+                else:
+                    name = HTTPStatus(code).phrase.capitalize()
+                    responses[status] = error(
+                        f"{name}, injected by the test-control plane",
+                        injected,
+                        headers={**deprecation, **retry},
+                    )
             operation["responses"] = dict(sorted(responses.items()))

@@ -1,6 +1,7 @@
-"""Opening the store the settings ask for: in memory, a data file or a database, loaded and
-seeded, with a SettingsError (one line) saying why it can't be; and the uvicorn workers that
-can't share it."""
+"""Opening the store the settings ask for (memory, a data file, a database), loaded and seeded.
+
+A SettingsError (one line) says why it can't be; check_workers refuses the uvicorn workers
+that can't share it."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import decimal
 import enum
 import math
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
@@ -16,23 +16,38 @@ LIMIT_MIN: Final = 1
 LIMIT_MAX: Final = 100
 LIMIT_DEFAULT: Final = 20
 
+# listPets and createPet; getPet is under it, and names it its successor.
+PETS_PATH: Final = "/v1/pets"
 # getPet is deprecated (SPEC.md 4.3). Deprecation (RFC 9745) carries the date we announced it,
 # 2026-01-01T00:00:00Z; Sunset (RFC 8594) the removal date SPEC.md gives.
 DEPRECATION: Final = "@1767225600"
 SUNSET: Final = "Thu, 05 Dec 2030 00:00:00 GMT"
-SUCCESSOR_PATH: Final = "/v1/pets"
 
 BEARER_REALM: Final = "petstore"
 ADMIN_REALM: Final = "petstore-admin"
 
 # The test-control plane's bounds (CONTRACT.md, Test-control plane).
-INJECTABLE_STATUSES: Final = (429, 500, 502, 503, 504)
+InjectableStatus = Literal[429, 500, 502, 503, 504]
+INJECTABLE_STATUSES: Final = get_args(InjectableStatus)
 RETRY_AFTER_STATUSES: Final = (429, 503)
 DELAY_MAX_MS: Final = 60_000
 JOURNAL_BODY_LIMIT: Final = 4096
 
 # Idempotency-Key (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters.
-IDEMPOTENCY_KEY_PATTERN: Final = "^[\x21-\x7e]{1,255}$"
+IDEMPOTENCY_KEY_MAX: Final = 255
+
+
+def is_idempotency_key(text: str) -> bool:
+    """Whether `text` is 1 to IDEMPOTENCY_KEY_MAX characters of 0x21-0x7e (str methods: a
+    regular expression costs more)."""
+    return (
+        0 < len(text) <= IDEMPOTENCY_KEY_MAX
+        and text.isascii()
+        and text.isprintable()
+        and " " not in text
+    )
+
+
 # The header's value: the key bare, or quoted with quoted-pairs (`"a\\"b"` is `a"b`); not `""`.
 IDEMPOTENCY_HEADER_PATTERN: Final = (
     r'^(?!""$)(?:[\x21-\x7e]{1,255}|"(?:[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e]){1,255}")$'
@@ -129,6 +144,13 @@ class SeedPet(msgspec.Struct, forbid_unknown_fields=True):
     id: SeedId | msgspec.UnsetType = msgspec.UNSET
 
 
+def stored_pet(pet_id: int, new_pet: NewPet | SeedPet) -> Pet:
+    """The pet a create (or a seed item) is stored as, under this id."""
+    return Pet(
+        id=pet_id, name=new_pet.name, categoryId=int(new_pet.categoryId), status=new_pet.status
+    )
+
+
 class Error(msgspec.Struct, frozen=True):
     """The body of every response that is not 2xx; `status` repeats the HTTP status."""
 
@@ -153,7 +175,7 @@ class NewFaultRule(msgspec.Struct, forbid_unknown_fields=True):
     or `drop` (not both `status` and `drop`); `retryAfter` only with 429 or 503."""
 
     operation: Operation
-    status: Literal[429, 500, 502, 503, 504] | msgspec.UnsetType = msgspec.UNSET
+    status: InjectableStatus | msgspec.UnsetType = msgspec.UNSET
     delayMs: Annotated[int, msgspec.Meta(ge=0, le=DELAY_MAX_MS)] | msgspec.UnsetType = msgspec.UNSET
     drop: bool | msgspec.UnsetType = msgspec.UNSET
     times: Annotated[int, msgspec.Meta(ge=1)] | msgspec.UnsetType = msgspec.UNSET
@@ -239,15 +261,9 @@ def decode_hook(type_: type, value: Any) -> Any:
 
 
 def schema_hook(type_: type) -> dict[str, Any]:
+    """CategoryId's JSON Schema: StoredCategoryId's (on the wire both are the same int64)."""
     if type_ is CategoryId:
-        return {
-            "type": "integer",
-            "format": "int64",
-            "minimum": INT64_MIN,
-            "maximum": INT64_MAX,
-            "description": "Id of the category the animal belongs to",
-            "examples": [1],
-        }
+        return msgspec.json.schema(StoredCategoryId)
     raise NotImplementedError(type_)
 
 

@@ -1,5 +1,7 @@
-"""Running under uvicorn: the slow-client guard, one write a response, the server's own 400s,
-the ready line, readiness off at shutdown (the logs: logs.py; `healthcheck`: healthcheck.py)."""
+"""Running under uvicorn: StallGuard, the ready line, readiness off at shutdown.
+
+StallGuard is the slow-client guard, one write a response and the server's own 400s (the
+logs: logs.py; `healthcheck`: healthcheck.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,12 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from accesslog import REQUEST_ID
+from accesslog import client_request_id
 from faults import CLOSE_EXTENSION
 from head import QuickHead
 from logs import logging_config, wait_for_outlets, write_stdout
 from schemas import Error, ErrorCode, encoder
-from settings import Settings, SettingsError
+from settings import Settings, SettingsError, bracketed
 
 logger = logging.getLogger("petstore")
 
@@ -79,6 +81,7 @@ class OneWrite:
 
 
 # uvicorn's httptools protocol builds each request's cycle by this name: ours, QuickHead.
+# (mypy refuses assigning to a class's name: that is the hook.)
 httptools_impl.RequestResponseCycle = QuickHead  # type: ignore[misc]
 
 
@@ -97,9 +100,11 @@ class StallGuard(HttpToolsProtocol):
     offers_close = False  # the test-control plane's `drop`: scope["extensions"][CLOSE_EXTENSION]
 
     @staticmethod
-    def refused(client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int) -> bytes:
+    def note_refusal(
+        client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int
+    ) -> bytes:
         """Note a 400 this protocol answers itself; the id it carries (the client's, or a made
-        one). http_protocol() hands in AccessLog.refused, which writes its line, counts it and
+        one). http_protocol() hands in AccessLog.note_refusal, which writes its line, counts it and
         makes one of the process's ids; this one serves `--http server:StallGuard`."""
         return request_id or secrets.token_hex(8).encode()
 
@@ -113,6 +118,7 @@ class StallGuard(HttpToolsProtocol):
         # and unfinished.
         self._head_size = -1
 
+    # uvicorn annotates it asyncio.Transport, asyncio.Protocol a BaseTransport: mypy's override.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         # Made once a connection; each request's scope shares it.
@@ -138,9 +144,8 @@ class StallGuard(HttpToolsProtocol):
             return
         request_id = None
         for name, value in self.headers or ():
-            sent = value.rstrip(b" \t")  # as AccessLog takes it
-            if name == b"x-request-id" and REQUEST_ID.fullmatch(sent):
-                request_id = sent
+            if name == b"x-request-id":
+                request_id = client_request_id(value)
                 break
         elapsed_ns = int((self.loop.time() - self._began) * 1e9)
         message = f"{msg.removesuffix('.')}; the connection is closed"
@@ -150,7 +155,7 @@ class StallGuard(HttpToolsProtocol):
             *(b"%s: %s\r\n" % header for header in self.server_state.default_headers),
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
-            b"x-request-id: %s\r\n" % self.refused(self.client, request_id, elapsed_ns),
+            b"x-request-id: %s\r\n" % self.note_refusal(self.client, request_id, elapsed_ns),
             b"connection: close\r\n\r\n",
         ]
         self._refusal = b"".join(head) + body
@@ -166,7 +171,7 @@ class StallGuard(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, and the head's limit. Written out rather than calling uvicorn's through
-        super(), which cost 1.5k instructions a request (this costs 0.1k)."""
+        super(), which cost several times what the limit does (README: Performance)."""
         if self._head_size >= 0:  # a head begun in an earlier read is not yet whole: rare
             self._head_size += len(data)
             if self._head_size > HEAD_LIMIT:
@@ -214,6 +219,7 @@ class StallGuard(HttpToolsProtocol):
         cycle = self.cycle
         # A cycle made just now (its task runs from the loop's next turn); not one kept from
         # the request before, as when uvicorn returned early (an upgrade).
+        # OneWrite is the transport as the cycle uses it (write, close, is_closing), no subclass.
         if cycle is not None and cycle.transport is self.transport:
             cycle.transport = OneWrite(self.transport, self.scope["method"])  # type: ignore[assignment]
 
@@ -243,16 +249,17 @@ class StallGuard(HttpToolsProtocol):
 
 # What notes a 400 the server answers itself: client, the client's usable request id or None,
 # nanoseconds since the request began; returns the id the answer carries.
-Refused = Callable[[tuple[str, int] | None, bytes | None, int], bytes]
+NoteRefusal = Callable[[tuple[str, int] | None, bytes | None, int], bytes]
 
 
-def http_protocol(settings: Settings, refused: Refused) -> type[StallGuard]:
+def http_protocol(settings: Settings, note_refusal: NoteRefusal) -> type[StallGuard]:
     """StallGuard for these settings: their client timeout, `drop` offered with the
-    test-control plane on, and `refused` (AccessLog.refused) noting the server's own 400s."""
+    test-control plane on, and `note_refusal` (AccessLog.note_refusal) noting the server's own
+    400s."""
     attributes = {
         "client_timeout": settings.client_timeout,
         "offers_close": bool(settings.admin_keys),
-        "refused": staticmethod(refused),
+        "note_refusal": staticmethod(note_refusal),
     }
     return type("StallGuard", (StallGuard,), attributes)
 
@@ -280,8 +287,7 @@ class _Server(uvicorn.Server):
             # Before any request can be taken (nothing awaits between here and the loop), so
             # before any access-log line: a harness that started us with --port 0 reads it.
             host, port = self.servers[0].sockets[0].getsockname()[:2]
-            address = f"[{host}]" if ":" in host else host
-            self.announce(f"petstore: ready at http://{address}:{port}/v1\n")
+            self.announce(f"petstore: ready at http://{bracketed(host)}:{port}/v1\n")
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)
@@ -330,9 +336,8 @@ def bound_socket(settings: Settings) -> socket.socket:
         sock.bind(address)
     except OSError as error:
         sock.close()
-        where = f"[{host}]" if ":" in host else host
         raise SettingsError(
-            f"cannot listen on {where}:{settings.port}: {error.strerror or error}"
+            f"cannot listen on {bracketed(host)}:{settings.port}: {error.strerror or error}"
         ) from None
     return sock
 
@@ -342,14 +347,14 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     settings: Settings,
     on_exit: Callable[[], None],
     *,
-    refused: Refused = StallGuard.refused,
+    note_refusal: NoteRefusal = StallGuard.note_refusal,
     sock: socket.socket | None = None,
     announce: Callable[[str], None] = write_stdout,
 ) -> None:
     """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
-    `refused` notes each of the server's own 400s and gives its id (AccessLog.refused); `sock`
-    is bound_socket()'s (else uvicorn binds the settings' address itself); `announce` writes
-    the ready line (AccessLog.announce)."""
+    `note_refusal` notes each of the server's own 400s and gives its id
+    (AccessLog.note_refusal); `sock` is bound_socket()'s (else uvicorn binds the settings'
+    address itself); `announce` writes the ready line (AccessLog.announce)."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -357,7 +362,7 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
         log_level=settings.log_level,
         access_log=False,  # ours is cheaper and keeps the duration
         log_config=logging_config(settings),  # so uvicorn installs no text handlers of its own
-        http=http_protocol(settings, refused),
+        http=http_protocol(settings, note_refusal),
         lifespan="on",
         timeout_graceful_shutdown=5,
         server_header=False,

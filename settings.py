@@ -151,6 +151,11 @@ def describe(url: str) -> str:
     return f"{hosts or ''.join(query.get('host', [])) or 'localhost'}{parts.path or '/'}"
 
 
+def bracketed(host: str) -> str:
+    """A host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def _port(text: str) -> bool:
     """Whether this is what follows a host's last colon in a URL: a port (ASCII digits)."""
     return text.isascii() and text.isdigit() and int(text) <= 65535
@@ -323,7 +328,7 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     in each /_admin path, `pets` in each /v1/pets), PETSTORE_* variables that are no setting (a
     misspelt one is otherwise silently ignored), and Kubernetes' service links (ignored)."""
     passwords = [settings.database_password] if settings.database_password else []
-    secrets = [
+    short_secrets = [
         *((f"API key #{n}", "key", key) for n, key in enumerate(settings.api_keys, 1)),
         *((f"admin key #{n}", "key", key) for n, key in enumerate(settings.admin_keys, 1)),
         *(("the database's password", "password", password) for password in passwords),
@@ -331,7 +336,7 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     found = [
         f"{name} is {len(secret)} characters long: a short {kind} is easy to guess, and the "
         f"logs write [redacted] wherever its text appears; use {KEY_LENGTH_ADVISED} or more"
-        for name, kind, secret in secrets
+        for name, kind, secret in short_secrets
         if len(secret) < KEY_LENGTH_ADVISED
     ]
     known = {variable for _, variable, _ in _SOURCES} | {
@@ -350,7 +355,11 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
             continue
         if name.startswith("PETSTORE_") and name not in known:
             # Compared without the prefix they share, which would make them all alike.
-            close = difflib.get_close_matches(name[9:], [variable[9:] for variable in known], n=1)
+            close = difflib.get_close_matches(
+                name.removeprefix("PETSTORE_"),
+                [variable.removeprefix("PETSTORE_") for variable in known],
+                n=1,
+            )
             hint = f" (did you mean PETSTORE_{close[0]}?)" if close else ""
             found.append(f"{name} is no setting and is ignored{hint}")
     return found

@@ -11,7 +11,7 @@ from typing import Final, NamedTuple, Protocol
 import msgspec
 
 from idempotency import IdempotencyKeys
-from schemas import INT64_MAX, NewPet, Pet, PetStatus, SeedPet
+from schemas import INT64_MAX, NewPet, Pet, PetStatus, SeedPet, stored_pet
 
 
 class StorageUnavailable(Exception):
@@ -143,9 +143,7 @@ def seed_pets(seed: Sequence[SeedPet], last_id: int) -> list[Pet]:
         pet_id = last_id + 1 if item.id is msgspec.UNSET else int(item.id)
         if pet_id <= last_id:
             raise ValueError(f"item {number}: id {pet_id} is not above the id {last_id} before it")
-        pets.append(
-            Pet(id=pet_id, name=item.name, categoryId=int(item.categoryId), status=item.status)
-        )
+        pets.append(stored_pet(pet_id, item))
         last_id = pet_id
     return pets
 
@@ -215,12 +213,7 @@ class MemoryStore(IndexedReads):
                 return Added(made, replayed=True)
             if self._index.last_id >= INT64_MAX:
                 raise StorageUnavailable(IDS_EXHAUSTED)
-            pet = Pet(
-                id=self._index.last_id + 1,
-                name=new_pet.name,
-                categoryId=int(new_pet.categoryId),
-                status=new_pet.status,
-            )
+            pet = stored_pet(self._index.last_id + 1, new_pet)
             self._index.append(pet)
             if idempotency_key is not None:
                 self._keys.remember(idempotency_key, pet)

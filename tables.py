@@ -1,5 +1,4 @@
-"""The database's tables: their schema and its version, every statement on them and how it is
-run, the seed."""
+"""The database's tables: their schema and version, every statement on them and how it runs."""
 
 from __future__ import annotations
 
@@ -67,9 +66,10 @@ PAGE_BY_STATUS: Final = (
     "SELECT pet FROM petstore_pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
 )
 KEYED: Final = "SELECT pet FROM petstore_pets WHERE idempotency_key = $1"
-# The number of pets (for the metrics), and taking back the creates a key conflict skipped.
-# The probe's: petstore_pets named too, so that readiness fails when that table is away.
+# The number of pets (for the metrics), read by the probe. `NOT EXISTS (... LIMIT 0)` is always
+# true: it only names petstore_pets, so that the probe fails while that table is renamed away.
 COUNT: Final = "SELECT pets FROM petstore_ids WHERE NOT EXISTS (SELECT FROM petstore_pets LIMIT 0)"
+# Taking back from the count the creates that a key conflict skipped.
 UNCOUNT: Final = "UPDATE petstore_ids SET pets = pets - $1"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from schemas import DEPRECATION, SUCCESSOR_PATH, SUNSET
+from schemas import DEPRECATION, PETS_PATH, SUNSET
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -18,5 +18,5 @@ JSON: Final = (b"content-type", b"application/json")
 DEPRECATED: Final = (
     (b"deprecation", DEPRECATION.encode()),
     (b"sunset", SUNSET.encode()),
-    (b"link", f'<{SUCCESSOR_PATH}>; rel="successor-version"'.encode()),
+    (b"link", f'<{PETS_PATH}>; rel="successor-version"'.encode()),
 )

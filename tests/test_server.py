@@ -878,7 +878,7 @@ def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
 
     async def exchange() -> list[object]:
         config = uvicorn.Config(
-            app, port=0, http=http_protocol(Settings(), app.access_log.refused), lifespan="off"
+            app, port=0, http=http_protocol(Settings(), app.access_log.note_refusal), lifespan="off"
         )
         serving = uvicorn.Server(config)
         listener = socket.create_server(("127.0.0.1", 0))  # listening: connect at once

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import uvicorn.config
 
-from flags import LOG_LEVELS
+from flags import FLAGS, LOG_LEVELS
 from settings import Settings, SettingsError, cautions, load_settings
 from tests.conftest import (
     KEY,
@@ -583,6 +583,28 @@ def test_cors_origins_are_taken_as_browsers_send_them() -> None:
         "http://[::1]",
         "http://[::1]:3000",
     )
+
+
+def test_the_defaults_help_names_are_the_settings_defaults() -> None:
+    """Each default `--help` gives in parentheses is the one Settings has: a default is written
+    in both places, and this holds them together."""
+    defaults = Settings()
+    given = {
+        name: found[1]
+        for name, _, text in FLAGS
+        if (found := re.search(r"\(([^()]*)\)$", text.removesuffix(", repeatable")))
+    }
+    expected = {
+        "--host": defaults.host,
+        "--port": str(defaults.port),
+        "--max-body": str(defaults.max_body),
+        "--log-level": defaults.log_level,
+        "--log-format": defaults.log_format,
+        "--client-timeout": f"{defaults.client_timeout:g}",
+        "--journal-size": str(defaults.journal_size),
+        "--metrics": "on" if defaults.metrics else "off",
+    }
+    assert {name: given[name] for name in expected} == expected
 
 
 def test_help_names_the_variables_the_defaults_and_the_healthcheck() -> None:
