@@ -29,7 +29,7 @@ from routing import BODY, Endpoint, IndexedRouter
 from schemas import seed_decoder
 from settings import Settings
 from store import MemoryStore, PetStore
-from tests.conftest import AUTH, KEY, ServerFactory, assert_error
+from tests.conftest import AUTH, KEY, ServerFactory, assert_error, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -812,6 +812,41 @@ def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) 
     assert server.stop() in (0, -15)
     assert "Traceback" not in server.stderr
     assert "ASGI callable" not in server.stderr  # uvicorn did not answer for us
+
+
+def test_a_create_whose_client_left_during_a_delay_is_stored_then_replayed(
+    start_server: ServerFactory,
+) -> None:
+    """A create held by an injected delay whose client leaves meanwhile (its timeout shorter
+    than the delay) is handled as usual once the delay is over: stored, journaled 201 with its
+    body, and its retry with the same Idempotency-Key replayed. uvicorn dropped the body the
+    client had sent, and the create was lost (journaled a 400 with no body)."""
+    server = start_server("--admin-key", ADMIN_KEY)
+    body = b'{"name":"Rex","categoryId":1}'
+    head = (
+        f"POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+        "Content-Type: application/json\r\nIdempotency-Key: retry-1\r\nPrefer: delay=300\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as gone:
+        gone.sendall(head.encode() + body)  # and leaves at once
+    with server.client() as http:
+
+        def journaled() -> list[dict[str, Any]]:
+            entries: list[dict[str, Any]] = http.get("/_admin/requests", headers=ADMIN).json()[
+                "requests"
+            ]
+            return entries
+
+        wait_until(lambda: journaled() != [], "the create handled once its delay is over")
+        (entry,) = journaled()
+        assert (entry["status"], entry["body"]) == (201, body.decode())
+        assert http.get("/v1/pets/1").json() == {"id": 1, "name": "Rex", "categoryId": 1}
+        retry = {"Content-Type": "application/json", "Idempotency-Key": "retry-1"}
+        retried = http.post("/v1/pets", content=body, headers=retry)
+        assert (retried.status_code, retried.headers.get("idempotent-replayed")) == (201, "true")
+        assert retried.json() == {"id": 1, "name": "Rex", "categoryId": 1}
+    assert server.stop() in (0, -15)
 
 
 @pytest.mark.parametrize(
