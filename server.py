@@ -36,6 +36,8 @@ _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 # A request head (its line and headers) still unfinished this many bytes past the read it
 # began in is refused: httptools sets no limit, and would hold whatever a client sends.
 HEAD_LIMIT: Final = 64 * 1024
+# The longest request target httptools parses (its offsets are 16 bits).
+_TARGET_MAX: Final = 65535
 
 
 class OneWrite:
@@ -185,6 +187,12 @@ class StallGuard(HttpToolsProtocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as error:  # its text says what (llhttp's reason)
             reason = str(error) or "unknown reason"
+            if isinstance(error.__context__, httptools.HttpParserInvalidURLError):
+                # Raised in uvicorn's callback, as "User callback error": a target httptools
+                # can't parse (CONNECT's host:port; one past its lengths' 16 bits).
+                reason = "invalid request target"
+                if len(self.url) > _TARGET_MAX:
+                    reason = f"request target longer than {_TARGET_MAX} bytes"
             self.logger.warning("Invalid HTTP request received: %s.", reason)
             self.send_400_response(
                 f"Invalid HTTP request received: {reason[:1].lower()}{reason[1:]}"

@@ -997,6 +997,12 @@ BAD_LENGTH: Final = "invalid character in Content-Length"
         (b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", False, "invalid header token"),
         (b"NOT AN HTTP REQUEST\r\n\r\n", False, "invalid method encountered"),
         (b"get /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n", False, "invalid method encountered"),
+        (b"CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n", False, "invalid request target"),
+        (
+            b"GET /%s HTTP/1.1\r\nHost: x\r\n\r\n" % (b"a" * 65535),
+            False,
+            "request target longer than 65535 bytes",
+        ),
     ],
     ids=[
         "the id, then a bad length",
@@ -1004,6 +1010,8 @@ BAD_LENGTH: Final = "invalid character in Content-Length"
         "a header without a colon",
         "not http",
         "a method in lower case",
+        "connect",
+        "a target too long",
     ],
 )
 def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
