@@ -15,13 +15,16 @@ from typing import Any, Final
 # `healthcheck`, which reads the settings every 10 s, needn't import uvicorn.
 LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
 
-EPILOG: Final = """\
+# `python app.py healthcheck`'s usage (healthcheck.py answers its --help).
+HEALTHCHECK_USAGE: Final = "app.py healthcheck [--ready] [--host HOST] [--port PORT]"
+
+EPILOG: Final = f"""\
 Each flag has an environment variable, the flag winning: PETSTORE_ and the flag's name in
 capitals (PETSTORE_MAX_BODY); PETSTORE_API_KEYS, PETSTORE_ADMIN_KEYS and PETSTORE_CORS_ORIGINS
 take a comma-separated list, PETSTORE_API_KEYS_FILE a file, PETSTORE_DATABASE_URL the URL
 (README, Settings).
 
-  python app.py healthcheck [--ready] [--host HOST] [--port PORT]
+  python {HEALTHCHECK_USAGE}
       exit 0 when the service answers /healthz (--ready: /readyz) within 2 s, else 1
 """
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
+from flags import HEALTHCHECK_USAGE
 from settings import Settings, SettingsError, bracketed, load_settings
 
 # Where `healthcheck` asks when the service listens on every address.
@@ -21,12 +22,13 @@ _LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - maps aw
 
 
 _HEALTHCHECK_SECONDS: Final = 2.0
-_USAGE: Final = """\
-usage: app.py healthcheck [--ready] [--host HOST] [--port PORT]
+_USAGE: Final = f"""\
+usage: {HEALTHCHECK_USAGE}
 
 Exit 0 when the service at HOST:PORT (PETSTORE_HOST, PETSTORE_PORT; 0.0.0.0 and :: ask the
-loopback) answers /healthz with 200 within 2 s, else 1 with one line on stderr. --ready asks
-/readyz instead (a database the service can reach); the other flags are read and ignored."""
+loopback) answers /healthz with 200 within {_HEALTHCHECK_SECONDS:g} s, else 1 with one line
+on stderr. --ready asks /readyz instead (a database the service can reach); the other flags
+are read and ignored."""
 
 
 def _too_slow(signum: int, frame: Any) -> None:
