@@ -22,6 +22,7 @@ from schemas import (
     PetStatus,
     any_json_decoder,
     is_idempotency_key,
+    json_syntax_decoder,
     new_pet_decoder,
 )
 
@@ -207,6 +208,10 @@ def decode_fault_rule(body: bytes) -> NewFaultRule:
     5), as the schema in the control plane's document says; a 400 saying why not."""
     try:
         fields = any_json_decoder.decode(body)
+    except msgspec.ValidationError:  # a number of 4,300 digits or more, or not JSON after all
+        if (problem := json_problem(body)) is not None:
+            raise _malformed(problem) from None
+        raise invalid(_out_of_range(body)) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         raise _malformed(not_json_reason(error)) from None
     if isinstance(fields, dict):
@@ -254,9 +259,30 @@ def json_problem(data: bytes) -> str | None:
     """Why `data` is not one JSON text, or None when it is."""
     try:
         any_json_decoder.decode(data)
+    except msgspec.ValidationError:  # a whole number of 4,300 digits or more: JSON all the same
+        try:
+            json_syntax_decoder.decode(data)
+            data.decode()  # what any_json_decoder checks in strings, which Raw does not look at
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+            return not_json_reason(error)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         return not_json_reason(error)
     return None
+
+
+def _out_of_range(rule: bytes) -> str:
+    """Why a fault rule that is JSON, and has a whole number any_json_decoder can't make, is
+    refused: where that number is, or that the rule is not an object."""
+    try:
+        fields = msgspec.json.decode(rule, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError as error:
+        return in_json_words(str(error))
+    for name, value in fields.items():
+        try:
+            any_json_decoder.decode(value)
+        except msgspec.ValidationError:
+            return f"$.{name}: integer value out of range"
+    return "Integer value out of range"  # not reached: the number is one of the fields'
 
 
 def not_json_reason(error: Exception) -> str:

@@ -678,6 +678,14 @@ async def test_whole_numbers_in_a_rule_are_integers(plane: httpx.AsyncClient) ->
         body = b'{"operation": "*", "delayMs": %s}' % huge
         response = await plane.post("/_admin/faults", content=body, headers=headers)
         assert "$.delayMs" in assert_error(response, 400, "validation_error")
+    # JSON, though Python makes no int of 4,301 digits: the field named, not "not JSON".
+    body = b'{"operation": "*", "times": 1%s}' % (b"0" * 4300)
+    response = await plane.post("/_admin/faults", content=body, headers=headers)
+    assert "$.times" in assert_error(response, 400, "validation_error")
+    response = await plane.post("/_admin/faults", content=body[:-1] + b",}", headers=headers)
+    assert_error(response, 400, "malformed_json")
+    response = await plane.post("/_admin/faults", content=b"[1%s]" % (b"0" * 4300), headers=headers)
+    assert "an object" in assert_error(response, 400, "validation_error")
 
 
 async def test_a_rule_that_is_not_json_is_malformed(plane: httpx.AsyncClient) -> None:

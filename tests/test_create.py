@@ -282,6 +282,26 @@ INVALID_BODIES = [
     pytest.param(
         b'{"categoryId": 1e99999999999999999999} x', "malformed_json", "", id="huge-then-garbage"
     ),
+    # 4,301 digits: JSON, though Python makes no int of that many (msgspec says "out of range").
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1%s}' % (b"0" * 4300),
+        "validation_error",
+        "$.categoryId",
+        id="cat-4301-digits",
+    ),
+    pytest.param(b'{"name": 1%s}' % (b"0" * 4300), "validation_error", "$.name", id="name-4301"),
+    pytest.param(
+        b'{"name": "Rex", "categoryId": 1%s,}' % (b"0" * 4300),
+        "malformed_json",
+        "trailing comma",
+        id="4301-digits-then-bad-syntax",
+    ),
+    pytest.param(
+        b'{"categoryId": 1%s, "name": "\xff"}' % (b"0" * 4300),
+        "malformed_json",
+        "UTF-8",
+        id="4301-digits-then-bad-utf8",
+    ),
     pytest.param(
         b'{"name": "Rex", "categoryId": [1]}', "validation_error", "$.categoryId", id="cat-list"
     ),
