@@ -54,8 +54,9 @@ class FlagError(Exception):
     """A command line that can't be read; its text never shows a value given."""
 
 
-# What an unknown argument must look like to be shown: a long flag's name, lower case.
-_FLAG_NAME: Final = re.compile(r"--[a-z][a-z0-9-]{0,30}")
+# What an unknown argument must look like to be shown (when it is close to one of ours): a
+# long flag's name, lower case (`_` for `-` too: `--admin_key`).
+_FLAG_NAME: Final = re.compile(r"--[a-z][a-z0-9_-]{0,30}")
 
 
 class Parser(argparse.ArgumentParser):
@@ -79,9 +80,9 @@ class Parser(argparse.ArgumentParser):
                 else:
                     hidden += 1
             if hidden:
-                plural = "s" * (hidden > 1)
-                shown.append(f"{hidden} argument{plural} no flag takes (not shown: a key?)")
-            raise FlagError("; ".join(shown))
+                what = "argument" if hidden == 1 else "arguments"
+                shown.append(f"{hidden} unknown {what}, not shown (a key?)")
+            raise FlagError("; ".join(shown) + "; --help lists the flags")
         return flags
 
 

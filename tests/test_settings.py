@@ -440,26 +440,47 @@ REFUSALS = [
     pytest.param(
         ["--api-kye", "Secret-123"],
         {},
-        "unknown flag --api-kye (did you mean --api-key?); 1 argument no flag takes (not shown:"
-        " a key?)",
+        "unknown flag --api-kye (did you mean --api-key?); 1 unknown argument, not shown (a key?);"
+        " --help lists the flags",
     ),
-    pytest.param(["--api-kye=Secret-123"], {}, "unknown flag --api-kye (did you mean --api-key?)"),
     pytest.param(
-        ["--api-key", "k", "Secret-123"], {}, "1 argument no flag takes (not shown: a key?)"
+        ["--api-kye=Secret-123"],
+        {},
+        "unknown flag --api-kye (did you mean --api-key?); --help lists the flags",
     ),
-    pytest.param(["--api-key Secret-123"], {}, "1 argument no flag takes (not shown: a key?)"),
+    pytest.param(
+        ["--admin_key", "Secret-123"],
+        {},
+        "unknown flag --admin_key (did you mean --admin-key?); 1 unknown argument, not shown (a"
+        " key?); --help lists the flags",
+    ),
+    pytest.param(
+        ["--api-key", "k", "Secret-123"],
+        {},
+        "1 unknown argument, not shown (a key?); --help lists the flags",
+    ),
+    pytest.param(
+        ["--api-key Secret-123"],
+        {},
+        "1 unknown argument, not shown (a key?); --help lists the flags",
+    ),
     pytest.param(
         ["--api-kye", "-Secret-123"],
         {},
-        "unknown flag --api-kye (did you mean --api-key?); 1 argument no flag takes (not shown:"
-        " a key?)",
+        "unknown flag --api-kye (did you mean --api-key?); 1 unknown argument, not shown (a key?);"
+        " --help lists the flags",
     ),
-    pytest.param(["--bogus", "--secret-123"], {}, "2 arguments no flag takes (not shown: a key?)"),
+    pytest.param(
+        ["--bogus", "--secret-123"],
+        {},
+        "2 unknown arguments, not shown (a key?); --help lists the flags",
+    ),
     pytest.param(["-hSecret-123"], {}, "argument -h/--help: ignored explicit argument (not shown)"),
     pytest.param(
         ["--po", "0"],
         {},
-        "unknown flag --po (did you mean --port?); 1 argument no flag takes (not shown: a key?)",
+        "unknown flag --po (did you mean --port?); 1 unknown argument, not shown (a key?); --help"
+        " lists the flags",
     ),
     pytest.param(
         [],
