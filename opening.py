@@ -27,11 +27,13 @@ logger = logging.getLogger("petstore")
 def _read_seed(path: str) -> list[SeedPet]:
     try:
         with open(path, "rb") as file:
-            return seed_decoder.decode(file.read())
+            data = file.read()
     except OSError as error:
         raise SettingsError(f"seed file {path}: cannot read: {error.strerror}") from None
+    try:
+        return seed_decoder.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        reason = not_json_reason(error)
+        reason = not_json_reason(error, data)
         raise SettingsError(f"seed file {path}: not a JSON array of pets: {reason}") from None
 
 

@@ -200,7 +200,7 @@ def decode_new_pet(body: bytes) -> NewPet:
             raise _malformed(problem) from None
         raise Refused(400, ErrorCode.VALIDATION_ERROR, in_json_words(str(error))) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise _malformed(not_json_reason(error)) from None
+        raise _malformed(not_json_reason(error, body)) from None
 
 
 def decode_fault_rule(body: bytes) -> NewFaultRule:
@@ -213,7 +213,7 @@ def decode_fault_rule(body: bytes) -> NewFaultRule:
             raise _malformed(problem) from None
         raise invalid(_out_of_range(body)) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise _malformed(not_json_reason(error)) from None
+        raise _malformed(not_json_reason(error, body)) from None
     if isinstance(fields, dict):
         fields = {name: _number(value) for name, value in fields.items()}
     try:
@@ -264,9 +264,9 @@ def json_problem(data: bytes) -> str | None:
             json_syntax_decoder.decode(data)
             data.decode()  # what any_json_decoder checks in strings, which Raw does not look at
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-            return not_json_reason(error)
+            return not_json_reason(error, data)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        return not_json_reason(error)
+        return not_json_reason(error, data)
     return None
 
 
@@ -285,7 +285,10 @@ def _out_of_range(rule: bytes) -> str:
     return "Integer value out of range"  # not reached: the number is one of the fields'
 
 
-def not_json_reason(error: Exception) -> str:
+def not_json_reason(error: Exception, data: bytes) -> str:
+    """Why `data` is not JSON, as the decoder that refused it with `error` says, in words."""
+    if not data.strip(b" \t\r\n"):  # msgspec says "Input data was truncated": none was sent
+        return "it is empty" if not data else "it is only whitespace"
     if isinstance(error, UnicodeDecodeError):  # msgspec lets it through for bad bytes in a string
         return "invalid UTF-8"
     if isinstance(error, RecursionError):  # msgspec follows nesting as deep as Python recurses

@@ -181,8 +181,8 @@ INVALID_BODIES = [
     pytest.param(
         '{"name": "Rex", "categoryId": 1}'.encode("utf-16"), "malformed_json", "", id="utf16"
     ),
-    pytest.param(b"", "malformed_json", "", id="empty"),
-    pytest.param(b"  \r\n\t", "malformed_json", "", id="whitespace-only"),
+    pytest.param(b"", "malformed_json", "Body is not JSON: it is empty", id="empty"),
+    pytest.param(b"  \r\n\t", "malformed_json", "it is only whitespace", id="whitespace-only"),
     pytest.param(b"{'name': 'Rex', 'categoryId': 1}", "malformed_json", "", id="single-quotes"),
     pytest.param(b'{"name": "Rex", /* c */ "categoryId": 1}', "malformed_json", "", id="comment"),
     pytest.param(

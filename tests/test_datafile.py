@@ -737,6 +737,7 @@ def test_seed_leaves_a_data_file_with_pets_alone(
 
 
 BAD_SEEDS = [
+    pytest.param(b"", "not a JSON array of pets: it is empty", id="empty"),
     pytest.param(
         b'[{"name": "Rex", "categoryId": 1}',
         "not a JSON array of pets: Input data was truncated",
