@@ -86,9 +86,10 @@ class ControlPlane:
             if status is None or not 100 <= status <= 599:
                 raise invalid("Query parameter `status` must be an HTTP status, 100 to 599")
         if "limit" in filters:
-            limit = integer(filters["limit"])
-            if limit is None or limit < 1:
+            text = filters["limit"]
+            if not (text.isascii() and text.isdigit() and text.strip("0")):
                 raise invalid("Query parameter `limit` must be a positive integer")
+            limit = integer(text)  # None past 19 digits: more than any journal holds, so all
         if self.journal is None:  # --journal-size 0: nothing is recorded
             return JSONResponse(encoder.encode(JournalDocument(requests=[], dropped=0)))
         entries = self.journal.entries(
