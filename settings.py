@@ -189,14 +189,16 @@ _SOURCES: Final = (
 )
 
 
-def _read_key_file(path: str, name: str) -> list[str]:
+def _read_key_file(path: str, name: str) -> list[tuple[str, str]]:
+    """The file's keys, one a line (blank lines skipped), each with where it is: its line."""
     try:
         with open(path, encoding="utf-8") as file:
-            keys = [line.strip() for line in file if line.strip()]
+            lines = [(f"line {n}", line.strip()) for n, line in enumerate(file, 1)]
     except OSError as error:
         raise SettingsError(f"{name}: cannot read {path!r}: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
         raise SettingsError(f"{name}: cannot read {path!r}: {error}") from None
+    keys = [(key, f"{name}: {where}") for where, key in lines if key]
     if not keys:
         raise SettingsError(f"{name}: {path!r} holds no key")
     return keys
@@ -215,27 +217,33 @@ def _listed(
 
 def _api_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
     """Keys from --api-key (else PETSTORE_API_KEYS) plus the key file's; checked, never shown."""
-    keys = _listed(flags.api_key, "--api-key", environ, "PETSTORE_API_KEYS")
+    keys = _numbered(_listed(flags.api_key, "--api-key", environ, "PETSTORE_API_KEYS"))
     file_source = "--api-key-file" if flags.api_key_file is not None else "PETSTORE_API_KEYS_FILE"
     path = flags.api_key_file
     if path is None:
         path = environ.get("PETSTORE_API_KEYS_FILE")
     if path is not None:  # an empty one too: it names no file (a refusal, not no setting)
-        keys += [(key, file_source) for key in _read_key_file(path, file_source)]
+        keys += _read_key_file(path, file_source)
     return _tokens(keys)
 
 
 def _admin_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
-    return _tokens(_listed(flags.admin_key, "--admin-key", environ, "PETSTORE_ADMIN_KEYS"))
+    return _tokens(
+        _numbered(_listed(flags.admin_key, "--admin-key", environ, "PETSTORE_ADMIN_KEYS"))
+    )
+
+
+def _numbered(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Keys with where each is: its source and its number there (all come from one source)."""
+    return [(key, f"{source}: key #{n}") for n, (key, source) in enumerate(keys, 1)]
 
 
 def _tokens(keys: list[tuple[str, str]]) -> tuple[str, ...]:
-    """The keys, each checked to be a bearer token (the message never shows one), once each."""
-    for number, (key, source) in enumerate(keys, 1):
+    """The keys, each checked to be a bearer token (the message says where it is, never what
+    it is), once each."""
+    for key, where in keys:
         if not _BEARER_TOKEN.fullmatch(key):
-            raise SettingsError(
-                f"{source}: key #{number} is empty or holds characters a bearer token can't carry"
-            )
+            raise SettingsError(f"{where} is empty or holds characters a bearer token can't carry")
     return tuple(dict.fromkeys(key for key, _ in keys))
 
 

@@ -477,6 +477,16 @@ REFUSALS = [
     ),
     pytest.param(["-hSecret-123"], {}, "argument -h/--help: ignored explicit argument (not shown)"),
     pytest.param(
+        ["--api-key", "good-key-0123456789", "--api-key", "Secret-123 x"],
+        {},
+        "--api-key: key #2 is empty or holds characters a bearer token can't carry",
+    ),
+    pytest.param(
+        [],
+        {"PETSTORE_ADMIN_KEYS": "good-key-0123456789,,Secret-123"},
+        "PETSTORE_ADMIN_KEYS: key #2 is empty or holds characters a bearer token can't carry",
+    ),
+    pytest.param(
         ["--po", "0"],
         {},
         "unknown flag --po (did you mean --port?); 1 unknown argument, not shown (a key?); --help"
@@ -501,6 +511,18 @@ REFUSALS = [
         "--data and PETSTORE_DATABASE_URL: pets live in a file or in a database, not both",
     ),
 ]
+
+
+def test_a_bad_key_in_the_key_file_is_told_by_its_line(tmp_path: Path) -> None:
+    """Keys from elsewhere don't count: the file's line is the one to look at."""
+    keys = tmp_path / "keys"
+    keys.write_text("file-key-0123456789\n\nSecret-123 x\n")
+    env = {"PETSTORE_API_KEYS": "env-key-0123456789,env-key-9876543210"}
+    with pytest.raises(SettingsError) as refusal:
+        load_settings(["--api-key-file", str(keys)], env)
+    assert str(refusal.value) == (
+        "--api-key-file: line 3 is empty or holds characters a bearer token can't carry"
+    )
 
 
 @pytest.mark.parametrize(("args", "env", "message"), REFUSALS)
