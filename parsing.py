@@ -21,6 +21,7 @@ from schemas import (
     NewPet,
     PetStatus,
     any_json_decoder,
+    in_json_words,
     is_idempotency_key,
     json_syntax_decoder,
     new_pet_decoder,
@@ -222,29 +223,6 @@ def decode_fault_rule(body: bytes) -> NewFaultRule:
         raise invalid(in_json_words(str(error))) from None
 
 
-# msgspec's names of types, as JSON (and a client in any language) calls them.
-_JSON_WORDS: Final = {
-    "int": "an integer",
-    "str": "a string",
-    "float": "a number",
-    "bool": "a boolean",
-    "null": "null",
-    "object": "an object",
-    "array": "an array",
-}
-_TYPE_NAME: Final = re.compile(r"(Expected|got) `(int|str|float|bool|null|object|array)`")
-_AT_FIELD: Final = re.compile(r"(.+) - at `(\$[^`]*)`")
-
-
-def in_json_words(message: str) -> str:
-    """A msgspec message in JSON's words, its field first, as CONTRACT.md writes one: "Expected
-    `int`, got `str` - at `$.categoryId`" is "$.categoryId: expected an integer, got a string"."""
-    message = _TYPE_NAME.sub(lambda match: f"{match[1]} {_JSON_WORDS[match[2]]}", message)
-    if at := _AT_FIELD.fullmatch(message):
-        return f"{at[2]}: {at[1][:1].lower()}{at[1][1:]}"
-    return message
-
-
 def _number(value: object) -> object:
     """A decoded Decimal as an int when it is a whole number (of at most 19 digits: more would
     be refused anyway, and 1e999999999 must not become an int), else as a float (an infinite
@@ -293,7 +271,7 @@ def not_json_reason(error: Exception, data: bytes) -> str:
         return "invalid UTF-8"
     if isinstance(error, RecursionError):  # msgspec follows nesting as deep as Python recurses
         return "nested too deeply to read"
-    return str(error)
+    return in_json_words(str(error))  # a seed's ValidationError too (a NewPet's is told apart)
 
 
 def _malformed(reason: str) -> Refused:

@@ -8,7 +8,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from schemas import IDEMPOTENCY_KEY_MAX, Pet, is_idempotency_key, pet_decoder
+from schemas import IDEMPOTENCY_KEY_MAX, Pet, in_json_words, is_idempotency_key, pet_decoder
 
 
 class DataFileError(Exception):
@@ -107,7 +107,9 @@ def parse_records(path: str, records: bytes) -> Loaded:
                     _decode(line)
                 except (msgspec.DecodeError, UnicodeDecodeError) as error:
                     reason = (
-                        str(error) if isinstance(error, msgspec.DecodeError) else "invalid UTF-8"
+                        in_json_words(str(error))
+                        if isinstance(error, msgspec.DecodeError)
+                        else "invalid UTF-8"
                     )
                     raise DataFileError(f"{path}, line {number}: not a Pet: {reason}") from None
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import decimal
 import enum
 import math
+import re
 from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
@@ -277,6 +278,29 @@ def exact_number(text: str) -> decimal.Decimal | float:
     except decimal.InvalidOperation:
         rounded = float(text)
         return decimal.Decimal(rounded) if math.isinf(rounded) else rounded
+
+
+# msgspec's names of types, as JSON (and a client in any language) calls them.
+_JSON_WORDS: Final = {
+    "int": "an integer",
+    "str": "a string",
+    "float": "a number",
+    "bool": "a boolean",
+    "null": "null",
+    "object": "an object",
+    "array": "an array",
+}
+_TYPE_NAME: Final = re.compile(r"(Expected|got) `(int|str|float|bool|null|object|array)`")
+_AT_FIELD: Final = re.compile(r"(.+) - at `(\$[^`]*)`")
+
+
+def in_json_words(message: str) -> str:
+    """A msgspec message in JSON's words, its field first, as CONTRACT.md writes one: "Expected
+    `int`, got `str` - at `$.categoryId`" is "$.categoryId: expected an integer, got a string"."""
+    message = _TYPE_NAME.sub(lambda match: f"{match[1]} {_JSON_WORDS[match[2]]}", message)
+    if at := _AT_FIELD.fullmatch(message):
+        return f"{at[2]}: {at[1][:1].lower()}{at[1][1:]}"
+    return message
 
 
 new_pet_decoder: Final = msgspec.json.Decoder(NewPet, dec_hook=decode_hook, float_hook=exact_number)
