@@ -21,7 +21,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from accesslog import client_request_id
 from faults import CLOSE_EXTENSION
-from head import QuickHead
+from head import OneWrite, QuickHead, close_lingering
 from logs import logging_config, wait_for_outlets, write_stdout
 from schemas import Error, ErrorCode, encoder
 from settings import Settings, SettingsError, bracketed
@@ -29,57 +29,11 @@ from settings import Settings, SettingsError, bracketed
 logger = logging.getLogger("petstore")
 
 
-# A body up to this size goes out joined to its head (one copy, one write); larger ones in a
-# writev of the two (writelines).
-_JOINED_AT_MOST: Final = 64 * 1024
-_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 # A request head (its line and headers) still unfinished this many bytes past the read it
 # began in is refused: httptools sets no limit, and would hold whatever a client sends.
 HEAD_LIMIT: Final = 64 * 1024
 # The longest request target httptools parses (its offsets are 16 bits).
 _TARGET_MAX: Final = 65535
-
-
-class OneWrite:
-    """The transport as one request's cycle (uvicorn's RequestResponseCycle) sees it: the
-    response's head is held back and goes out with the first piece of its body, in one write
-    (one writev for a large body). uvicorn writes the two apart, two system calls a response;
-    one is 8-17 % more requests per CPU-second (README, Performance). A 100 Continue, and
-    the head of a HEAD response (which has no body), go out at once; closing sends what is
-    held first.
-
-    It holds no reference to the cycle, which holds it: a cycle of references would leave
-    every request's objects to the garbage collector (7 of them a request, 6 % of the CPU)."""
-
-    __slots__ = ("held", "transport", "waiting")
-
-    def __init__(self, transport: asyncio.Transport, method: str) -> None:
-        self.transport = transport
-        self.held: bytes | None = None
-        self.waiting = method != "HEAD"  # for the response's head, which is held
-
-    def write(self, data: bytes) -> None:
-        held = self.held
-        if held is not None:
-            self.held = None
-            if len(data) <= _JOINED_AT_MOST:  # joined: uvloop writes it at once, no request
-                self.transport.write(held + data)
-            else:  # a large body not copied; libuv's queued writev costs more
-                self.transport.writelines((held, data))
-        elif self.waiting and data != _CONTINUE:  # uvicorn's, before the response starts
-            self.waiting = False
-            self.held = data
-        else:
-            self.transport.write(data)
-
-    def is_closing(self) -> bool:
-        return self.transport.is_closing()
-
-    def close(self) -> None:
-        if self.held is not None:  # a response the app left unfinished
-            self.transport.write(self.held)
-            self.held = None
-        self.transport.close()
 
 
 # uvicorn's httptools protocol builds each request's cycle by this name: ours, QuickHead.
@@ -169,7 +123,7 @@ class StallGuard(HttpToolsProtocol):
             cycle.on_response = self._refuse_after_the_last_answer
             return
         self.transport.write(self._refusal)  # a fault in a body: that request is the bad one
-        self.transport.close()
+        close_lingering(self.transport)
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, and the head's limit. Written out rather than calling uvicorn's through
@@ -207,7 +161,7 @@ class StallGuard(HttpToolsProtocol):
         self.on_response_complete()
         if self._refusal is not None and not self.transport.is_closing():
             self.transport.write(self._refusal)
-            self.transport.close()
+            close_lingering(self.transport)
 
     def _unsupported_upgrade_warning(self) -> None:
         # uvicorn's two warnings would tell an operator to install a WebSocket library: the

@@ -1049,6 +1049,68 @@ def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
     assert counted in exposition.splitlines()
 
 
+def test_a_client_that_sends_a_whole_body_before_reading_gets_the_413(
+    start_server: ServerFactory,
+) -> None:
+    """Python's http.client sends a body whole, then reads: a body over the limit gets its 413
+    Error, not a reset (closed with the body unread, the kernel resets the connection, and the
+    reset can come before the answer). Without the lingering close, 5 MB: a reset each time."""
+    server = start_server("--max-body", "1024")
+    for _ in range(3):
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        headers = {**server.headers, "Content-Type": "application/json"}
+        connection.request("POST", "/v1/pets", body=b"x" * 5_000_000, headers=headers)
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())["code"]) == (
+            413,
+            "payload_too_large",
+        )
+        connection.close()
+    with server.client() as client:
+        assert client.get("/v1/pets").json() == []
+
+
+def test_bytes_that_are_no_request_sent_with_more_get_their_400(
+    start_server: ServerFactory,
+) -> None:
+    """A bad request line and 5 MB after it, all sent before reading: the 400, not a reset."""
+    server = start_server()
+    status, _, body = exchange_raw(server.port, b"NOT HTTP\r\n" + b"x" * 5_000_000)
+    assert status == "HTTP/1.1 400 Bad Request"
+    assert json.loads(body)["code"] == "validation_error"
+
+
+def test_a_lingering_connection_is_closed_in_time_and_holds_up_no_exit(
+    start_server: ServerFactory,
+) -> None:
+    """A client that goes on sending after its 413 is read for two seconds, then cut off; one
+    lingering at SIGTERM does not hold the exit up."""
+    server = start_server("--max-body", "1024")
+    head = (
+        b"POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"%sContent-Length: 100000000\r\n\r\n" % AUTH_LINE
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        connection.sendall(head)
+        answer = connection.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 413 ")
+        assert connection.recv(65536) == b""  # our side's end: the answer is whole
+        began = time.monotonic()
+        with pytest.raises(OSError):  # a reset, once the lingering ends
+            while time.monotonic() - began < 10:
+                connection.sendall(b"x" * 65536)
+                time.sleep(0.01)  # the client's pace, not a wait for the server
+        assert 1.5 < time.monotonic() - began < 9
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        connection.sendall(head)
+        assert connection.recv(65536).startswith(b"HTTP/1.1 413 ")
+        connection.sendall(b"x" * 65536)
+        began = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(10) in (0, -15)
+        assert time.monotonic() - began < 1.5
+
+
 def test_a_request_head_past_the_limit_is_refused(start_server: ServerFactory) -> None:
     """httptools keeps a request's head however long it gets: a head still unfinished 64 KiB
     past the read it began in (uvloop reads at most 256 KiB at once, and 1 MiB is sent here) is
