@@ -605,6 +605,62 @@ async def test_failed_fdatasync_stops_creates_until_a_restart(
     assert (created.status_code, created.json()) == (201, {"id": 3, **WILMA})
 
 
+def _delete(path: Path) -> None:
+    path.unlink()
+
+
+def _replace(path: Path) -> None:  # as an editor saves, or a backup is restored
+    copy = path.with_suffix(".new")
+    copy.write_bytes(path.read_bytes())
+    copy.replace(path)
+
+
+def _cut(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.truncate(len(line(REX)))
+
+
+def _rotate(path: Path) -> None:  # renamed away (still linked), a new file in its place
+    path.rename(path.with_suffix(".old"))
+    path.write_bytes(RECORDS)
+
+
+def _append(path: Path) -> None:
+    with path.open("ab") as file:
+        file.write(line({"id": 9, **WILMA}))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("change", [_delete, _replace, _rotate, _cut, _append])
+async def test_a_data_file_changed_under_the_service_stops_creates(
+    tmp_path: Path, change: Callable[[Path], None]
+) -> None:
+    """Deleted, replaced, cut or written to by another hand while the service runs: the next
+    create is a 503, not a 201 for a pet the path does not hold (lost at the next start, its id
+    given again); creates stop and /readyz is 503 until a restart; the file at the path is left
+    as it was changed. (Before: every create a 201, /readyz 200.)"""
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(RECORDS)
+    async with serving(FileStore(str(path))) as http:
+        assert (await http.post("/v1/pets", json=WILMA)).status_code == 201
+        change(path)
+        left = path.read_bytes() if path.exists() else None
+        refused = await http.post("/v1/pets", json=WILMA)
+        later = await http.post("/v1/pets", json=WILMA)
+        ready = await http.get("/readyz")
+        gauge = [
+            metric
+            for metric in (await http.get("/metrics")).text.splitlines()
+            if metric.startswith("petstore_store_writable ")
+        ]
+    assert refused.status_code == 503
+    assert refused.json()["code"] == "storage_unavailable"
+    assert "creates stop until a restart" in refused.json()["message"]
+    assert (later.status_code, ready.status_code) == (503, 503)
+    assert gauge == ["petstore_store_writable 0.0"]
+    assert (path.read_bytes() if path.exists() else None) == left
+
+
 # --------------------------------------------------------------------------- one owner
 
 
