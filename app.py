@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
@@ -10,6 +11,13 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
     from healthcheck import main as check
 
     sys.exit(check(sys.argv[2:]))
+
+# The SIGTERMs that came before the server took its signals over (serve() acts on them). In the
+# image Python is PID 1, and the kernel drops a signal PID 1 has no handler for: one during the
+# start (the imports below, the store's load) was lost, and the service went on to serve.
+_stops_asked: list[int] = []
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda signum, _: _stops_asked.append(signum))
 
 import asyncio
 import contextlib
@@ -348,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             note_refusal=app.access_log.note_refusal,
             sock=sock,
             announce=announce,
+            stops_asked=_stops_asked,
         )
     except KeyboardInterrupt:  # Ctrl-C, after the same graceful stop as SIGTERM's
         return 130  # the shell's code for a SIGINT, without uvicorn's re-raised traceback

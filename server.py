@@ -10,7 +10,7 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import httptools
@@ -235,13 +235,21 @@ class _Server(uvicorn.Server):
     soon as shutdown begins."""
 
     def __init__(
-        self, config: uvicorn.Config, on_exit: Callable[[], None], announce: Callable[[str], None]
+        self,
+        config: uvicorn.Config,
+        on_exit: Callable[[], None],
+        announce: Callable[[str], None],
+        stops_asked: Sequence[int],
     ) -> None:
         super().__init__(config)
         self.on_exit = on_exit
         self.announce = announce
+        self.stops_asked = stops_asked
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.should_exit:  # a SIGTERM came during the start: nothing is served
+            logger.info("stopped before serving: a SIGTERM came during the start")
+            return
         await super().startup(sockets)  # the lifespan (the store loaded), then the listening socket
         if self.started and sockets is not None:  # uvicorn says where only of what it bound
             self._log_started_message(sockets)
@@ -271,9 +279,13 @@ class _Server(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        """uvicorn's, but the logs' last lines are written (their Outlets' threads) before it
-        raises the signal it caught again, which ends the process at once."""
+        """uvicorn's, acting at once on the signals that came during the start; and the logs'
+        last lines are written (their Outlets' threads) before it raises the signal it caught
+        again, which ends the process (`python app.py` swallows it: app.py's handler is back
+        by then, and the process exits 0)."""
         with super().capture_signals():
+            for signum in self.stops_asked:
+                self.handle_exit(signum, None)
             yield
             wait_for_outlets()
 
@@ -312,11 +324,13 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     note_refusal: NoteRefusal = StallGuard.note_refusal,
     sock: socket.socket | None = None,
     announce: Callable[[str], None] = write_stdout,
+    stops_asked: Sequence[int] = (),
 ) -> None:
     """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
     `note_refusal` notes each of the server's own 400s and gives its id
     (AccessLog.note_refusal); `sock` is bound_socket()'s (else uvicorn binds the settings'
-    address itself); `announce` writes the ready line (AccessLog.announce)."""
+    address itself); `announce` writes the ready line (AccessLog.announce); `stops_asked`,
+    the signals that came during the start (app.py notes them): there, nothing is served."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -330,4 +344,5 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
         server_header=False,
         ws="none",  # the service speaks no WebSocket: an Upgrade is ignored (RFC 9110, 7.8)
     )
-    _Server(config, on_exit, announce).run(sockets=None if sock is None else [sock])
+    server = _Server(config, on_exit, announce, stops_asked)
+    server.run(sockets=None if sock is None else [sock])

@@ -156,6 +156,33 @@ def test_sigterm_with_an_idle_keep_alive_connection_exits_promptly(
         assert server.process.wait(10) in (0, -15)
 
 
+def test_a_sigterm_during_the_start_stops_it_before_serving(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A SIGTERM that comes while the store loads (here its seed: a FIFO nobody has written
+    yet) is acted on once the start is done: nothing is served, the process exits 0. In the
+    image, Python is PID 1, and the kernel drops a SIGTERM that finds no handler: the service
+    went on to serve until `podman stop` killed it; outside one it died of it, half started."""
+    fifo = tmp_path / "seed.json"
+    os.mkfifo(fifo)
+    server = start_server("--seed", str(fifo), wait=False)
+    writer = None
+    deadline = time.monotonic() + 15
+    while writer is None:  # a writer opens a FIFO once its reader, the start, is there
+        assert server.process.poll() is None, server.stderr
+        assert time.monotonic() < deadline, "the start never opened its seed"
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            time.sleep(0.05)  # a poll interval: the loop checks the condition
+    server.process.send_signal(signal.SIGTERM)
+    os.write(writer, b"[]")
+    os.close(writer)
+    assert server.process.wait(15) == 0, server.stderr
+    assert "ready at" not in server.stdout
+    assert "stopped before serving: a SIGTERM came during the start" in server.stderr
+
+
 def test_sigterm_lets_the_request_in_flight_finish(start_server: ServerFactory) -> None:
     """A create whose body is still arriving at SIGTERM gets its 201; then the process exits."""
     server = start_server()
