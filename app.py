@@ -39,7 +39,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
-from logs import access_log_stream, start_logging
+from logs import access_log_stream, start_logging, wait_for_outlets
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
@@ -333,11 +333,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings, key_line = with_key(load_settings(argv, os.environ))
-        start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
+    except SettingsError as error:  # before the log's format is known: text
+        print(f"petstore: {error}", file=sys.stderr)
+        return 2
+    start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
+    try:
         sock = bound_socket(settings)  # before the store loads: an address in use says so first
         app = build(settings)
-    except SettingsError as error:
-        print(f"petstore: {error}", file=sys.stderr)
+    except SettingsError as error:  # the data file, the seed, the address
+        if settings.log_format == "json":  # one JSON line, as every line of the log
+            logging.getLogger("petstore").error("%s", error)
+            wait_for_outlets()
+        else:
+            print(f"petstore: {error}", file=sys.stderr)
         return 2
 
     def announce(ready_line: str) -> None:  # a generated key only once the start succeeded

@@ -86,7 +86,15 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:  # its text as Redact left it, when it did
             line["exc_info"] = record.exc_text or self.formatException(record.exc_info)
-        return encoder.encode(line).decode()
+        try:
+            return encoder.encode(line).decode()
+        except UnicodeEncodeError:  # a lone surrogate: a name that is not UTF-8, as Python reads it
+            return encoder.encode(
+                {
+                    name: text.encode(errors="backslashreplace").decode()
+                    for name, text in line.items()
+                }
+            ).decode()
 
 
 class Outlet:

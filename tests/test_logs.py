@@ -142,6 +142,34 @@ def test_json_formatter_writes_time_level_logger_message_and_the_traceback() -> 
     assert parsed["exc_info"].endswith("RuntimeError: boom")
 
 
+def test_json_formatter_writes_a_name_that_is_not_utf8() -> None:
+    """A file name Python read from bytes that are not UTF-8 (a lone surrogate) is written
+    escaped, in one JSON line: it was a traceback of the logging module, the line lost."""
+    record = logging.LogRecord(
+        "petstore.store", logging.WARNING, __file__, 1, "%s: dropped", ("/d/\udcff.jsonl",), None
+    )
+    assert json.loads(JsonFormatter().format(record))["message"] == "/d/\\udcff.jsonl: dropped"
+
+
+@pytest.mark.parametrize("where", ["data file", "address"])
+def test_a_start_that_fails_says_why_in_json(tmp_path: Path, where: str) -> None:
+    """Under --log-format json the line that stops the start (the data file, the address) is a
+    JSON object too; only a setting that can't be read at all comes before the format."""
+    flags = ["--data", str(tmp_path)] if where == "data file" else ["--host", "192.0.2.1"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--api-key", KEY, "--log-format", "json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=environment(),
+        check=False,
+    )
+    assert result.returncode == 2
+    (line,) = json_lines(result.stderr)
+    assert (line["level"], line["logger"]) == ("ERROR", "petstore")
+    assert line["message"].startswith("data file" if where == "data file" else "cannot listen")
+
+
 def test_uvicorn_lines_are_json_from_start_to_shutdown(start_server: ServerFactory) -> None:
     """`python app.py --log-format json`: every stderr line is a JSON object, uvicorn's start-up
     and shutdown messages included; stdout is the ready line (text) then access-log objects."""
