@@ -106,11 +106,12 @@ def parse_records(path: str, records: bytes) -> Loaded:
                 try:
                     _decode(line)
                 except (msgspec.DecodeError, UnicodeDecodeError) as error:
-                    reason = (
-                        in_json_words(str(error))
-                        if isinstance(error, msgspec.DecodeError)
-                        else "invalid UTF-8"
-                    )
+                    if not line.strip():  # msgspec: "Input data was truncated"
+                        reason = "the line is empty"
+                    elif isinstance(error, UnicodeDecodeError):
+                        reason = "invalid UTF-8"
+                    else:
+                        reason = in_json_words(str(error))
                     raise DataFileError(f"{path}, line {number}: not a Pet: {reason}") from None
             raise
         start = end

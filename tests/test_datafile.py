@@ -377,13 +377,13 @@ DAMAGE = [
     pytest.param(
         line(REX) + b"\n" + LINE_3,
         2,
-        "not a Pet: Input data was truncated",
+        "not a Pet: the line is empty",
         id="empty line mid-file",
     ),
     pytest.param(
         line(REX) + b"   \n" + LINE_3,
         2,
-        "not a Pet: Input data was truncated",
+        "not a Pet: the line is empty",
         id="blank line mid-file",
     ),
     pytest.param(
