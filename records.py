@@ -75,6 +75,15 @@ class Loaded:
     keys: list[tuple[str, Pet, int]]
 
 
+def _why_not(line: bytes, error: msgspec.DecodeError | UnicodeDecodeError) -> str:
+    """Why a line is no record, in words."""
+    if not line.strip():  # msgspec says "Input data was truncated"
+        return "the line is empty"
+    if isinstance(error, UnicodeDecodeError):
+        return "invalid UTF-8"
+    return in_json_words(str(error))
+
+
 def parse_records(path: str, records: bytes) -> Loaded:
     """Every line a Pet or a KeyedRecord, ids strictly increasing; else DataFileError naming
     the line. A file written before keys existed is all Pet lines, and loads as it did. Loading
@@ -106,12 +115,7 @@ def parse_records(path: str, records: bytes) -> Loaded:
                 try:
                     _decode(line)
                 except (msgspec.DecodeError, UnicodeDecodeError) as error:
-                    if not line.strip():  # msgspec: "Input data was truncated"
-                        reason = "the line is empty"
-                    elif isinstance(error, UnicodeDecodeError):
-                        reason = "invalid UTF-8"
-                    else:
-                        reason = in_json_words(str(error))
+                    reason = _why_not(line, error)
                     raise DataFileError(f"{path}, line {number}: not a Pet: {reason}") from None
             raise
         start = end
