@@ -301,6 +301,15 @@ def _json_escaped(text: str) -> str:
 
 
 def _escaped(text: str) -> str:
-    """`text` with every character Python would not print as is written as its escape, and
-    a backslash and a quote escaped with a backslash (`\\`, `\\"`)."""
-    return text.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+    """`text` with each character Python would not print as is written as its escape (`\\n`,
+    `\\x1b`, `\\u202e`), and a quote and a backslash escaped with a backslash; the rest as it
+    is (`é` stays `é` beside a line break)."""
+    return "".join(
+        char if char.isprintable() and char not in '"\\' else _escape(char) for char in text
+    )
+
+
+def _escape(char: str) -> str:
+    if char in '"\\':
+        return "\\" + char
+    return char.encode("unicode_escape").decode("ascii")

@@ -508,12 +508,14 @@ async def test_a_path_can_t_write_a_line_of_its_own(
 ) -> None:
     """The path is logged decoded: a line break or a terminal's escape in it is written escaped,
     one line a request; so are a quote and a backslash, so that no client writes fields of
-    its own within its quotes (`\\x41` as sent is told from the escape of a character)."""
+    its own within its quotes (`\\x41` as sent is told from the escape of a character); a
+    printable letter stays as it is beside them."""
     forged = "1%0A6.6.6.6%20%22DELETE%20/v1/pets/1%22%20204%201us%20forged%1B[2J"
     await client.get(f"/v1/pets/{forged}", headers={"X-Request-Id": "forger"})
     await client.get("/v1/pets/caf%C3%A9", headers={"X-Request-Id": "printable"})
     await client.get("/v1/pets/1%22%20200%201us%20fake", headers={"X-Request-Id": "quoted"})
     await client.get("/v1/pets/%5Cx41", headers={"X-Request-Id": "backslash"})
+    await client.get("/v1/pets/caf%C3%A9%0A%E2%80%AE", headers={"X-Request-Id": "both"})
     lines = read_access_log().splitlines()
     assert lines == [
         '127.0.0.1 "GET /v1/pets/1\\n6.6.6.6 \\"DELETE /v1/pets/1\\" 204 1us forged\\x1b[2J" '
@@ -521,6 +523,7 @@ async def test_a_path_can_t_write_a_line_of_its_own(
         f'127.0.0.1 "GET /v1/pets/café" 400 {lines[1].split()[-2]} printable',
         f'127.0.0.1 "GET /v1/pets/1\\" 200 1us fake" 400 {lines[2].split()[-2]} quoted',
         f'127.0.0.1 "GET /v1/pets/\\\\x41" 400 {lines[3].split()[-2]} backslash',
+        f'127.0.0.1 "GET /v1/pets/café\\n\\u202e" 400 {lines[4].split()[-2]} both',
     ]
 
 
