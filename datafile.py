@@ -50,6 +50,14 @@ def _fsync_directory(path: str) -> None:
         os.close(fd)
 
 
+def _writable_by_the_group_if_its_directory_is(fd: int, path: str) -> None:
+    """A new data file may be written by its group when its directory may: the image's /data
+    is writable by group 0 for OpenShift's arbitrary uids, and a file only its maker could
+    write stopped the next start under another uid of the group ("Permission denied")."""
+    if os.stat(os.path.dirname(os.path.abspath(path))).st_mode & stat.S_IWGRP:
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRGRP | stat.S_IWGRP)
+
+
 @dataclass(slots=True)
 class _Write:
     pet: Pet
@@ -107,6 +115,7 @@ class FileStore(IndexedReads):
             os.close(fd)
             raise DataFileError(f"{path}: in use by another petstore process") from None
         if not existed:
+            _writable_by_the_group_if_its_directory_is(fd, path)
             _fsync_directory(path)
         return fd
 

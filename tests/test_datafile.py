@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -659,6 +660,23 @@ async def test_a_data_file_changed_under_the_service_stops_creates(
     assert (later.status_code, ready.status_code) == (503, 503)
     assert gauge == ["petstore_store_writable 0.0"]
     assert (path.read_bytes() if path.exists() else None) == left
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("directory_mode", "group_writes"), [(0o2775, True), (0o755, False)])
+async def test_a_new_data_file_is_writable_by_the_group_when_its_directory_is(
+    tmp_path: Path, directory_mode: int, group_writes: bool
+) -> None:
+    """As the image's /data (group 0 for OpenShift's arbitrary uids): the next start, another
+    uid of the group, opens the file; elsewhere the file is its maker's, as the umask has it."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    directory.chmod(directory_mode)
+    store = FileStore(str(directory / "pets.jsonl"))
+    await store.close()
+    mode = (directory / "pets.jsonl").stat().st_mode
+    assert bool(mode & stat.S_IWGRP) is group_writes
+    assert not mode & stat.S_IWOTH
 
 
 # --------------------------------------------------------------------------- one owner

@@ -140,3 +140,9 @@ request GET /v1/pets --header "$authorization"
 expect "GET /v1/pets in a new container on the volume: status" "$status" 200
 expect "GET /v1/pets in a new container on the volume: body" "$body" "[$pet]"
 ok "the pet survived the restart on the named volume"
+
+# The data file uid 10001 made, another uid of group 0 (OpenShift's next start) may write.
+quietly podman run --rm --user 123456:0 --volume "$volume:/data" --entrypoint python \
+    "$image" -c "open('/data/pets.jsonl', 'r+b').close()" ||
+    fail "an arbitrary uid in group 0 could not write the data file uid 10001 made (above)"
+ok "the data file is writable by group 0"
