@@ -59,6 +59,10 @@ class FlagError(Exception):
 _FLAG_NAME: Final = re.compile(r"--[a-z][a-z0-9_-]{0,30}")
 
 
+# Words of a command, given as arguments: `podman run petstore python app.py --port 9000`.
+_COMMAND_WORDS: Final = frozenset({"python", "python3", "app.py", "uvicorn", "app:app"})
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
         # What argparse quotes is a value given (`-hKEY`: "ignored explicit argument 'KEY'").
@@ -67,12 +71,20 @@ class Parser(argparse.ArgumentParser):
     def parse_flags(self, argv: Sequence[str]) -> argparse.Namespace:
         """The flags. An argument that is none of them is never shown, for it may be a key (a
         mistyped `--api-kye KEY`, a value that begins with `-`, `"--api-key KEY"` as one
-        argument), unless it is a flag's name close to one of ours."""
+        argument), unless it is a flag's name close to one of ours, or a word of a command
+        (`python app.py` after the image's name, which runs it already)."""
         flags, unknown = self.parse_known_args(argv)
         if unknown:
             ours = [name for action in self._actions for name in action.option_strings]
             shown, hidden = [], 0
+            if commands := [item for item in unknown if item in _COMMAND_WORDS]:
+                shown.append(
+                    f"{' '.join(commands)}: a command given as arguments (the image runs"
+                    " `python app.py` itself: give it flags only)"
+                )
             for item in unknown:
+                if item in _COMMAND_WORDS:
+                    continue
                 name = item.partition("=")[0]
                 close = difflib.get_close_matches(name, ours, n=1, cutoff=0.75)
                 if _FLAG_NAME.fullmatch(name) and close:

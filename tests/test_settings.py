@@ -477,6 +477,12 @@ REFUSALS = [
     ),
     pytest.param(["-hSecret-123"], {}, "argument -h/--help: ignored explicit argument (not shown)"),
     pytest.param(
+        ["python", "app.py", "--port", "9000"],
+        {},
+        "python app.py: a command given as arguments (the image runs `python app.py` itself:"
+        " give it flags only); --help lists the flags",
+    ),
+    pytest.param(
         ["--api-key", "good-key-0123456789", "--api-key", "Secret-123 x"],
         {},
         "--api-key: key #2 is empty or holds characters a bearer token can't carry",
