@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import http.server
+import shutil
+import threading
+
 import httpx
 import pytest
+from playwright.sync_api import sync_playwright
 
 from settings import Settings
 from tests.conftest import KEY, ServerFactory, assert_error
 from tests.test_control_plane import ADMIN, ADMIN_KEY
+from tests.test_docs import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.anyio
 
@@ -225,3 +231,80 @@ def test_origins_from_flags_or_the_environment(
             assert response.status_code == 200
             granted = response.headers.get("access-control-allow-origin")
             assert (origin, granted) == (origin, origin if origin in allowed else None)
+
+
+class _AppPage(http.server.BaseHTTPRequestHandler):
+    """A browser app's page: any path, an empty document (its scripts are the test's)."""
+
+    def do_GET(self) -> None:
+        body = b"<!doctype html><title>app</title>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+# What the app's page does, in the browser: a keyed create sent twice (the second replayed),
+# the list without a key; each answer's status and the headers a script can read.
+_FETCHES = """async ([api, key]) => {
+    const seen = (r) => ({status: r.status, headers: Object.fromEntries(r.headers.entries())});
+    const create = () => fetch(api + "/v1/pets", {
+        method: "POST",
+        headers: {"Authorization": "Bearer " + key, "Content-Type": "application/json",
+                  "Idempotency-Key": "browser-1", "X-Request-Id": "from-the-app"},
+        body: JSON.stringify({name: "Rex", categoryId: 1}),
+    });
+    const first = await create();
+    const again = await create();
+    const unauthorized = await fetch(api + "/v1/pets");
+    return {first: {...seen(first), body: await first.json()}, again: seen(again),
+            unauthorized: {...seen(unauthorized), body: await unauthorized.json()}};
+}"""
+
+
+def test_a_browser_app_on_another_origin_uses_the_api(start_server: ServerFactory) -> None:
+    """In Chromium, a page of the configured origin (another port) creates with a key, an
+    Idempotency-Key and its own X-Request-Id through the preflight, reads the headers the
+    contract exposes (Location, X-Request-Id, Idempotent-Replayed, WWW-Authenticate) and a 401's
+    Error; a page of another origin (`localhost` for `127.0.0.1`) gets nothing."""
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)"
+    pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AppPage)
+    threading.Thread(target=pages.serve_forever, daemon=True).start()
+    app_port = pages.server_address[1]
+    server = start_server("--cors-origin", f"http://127.0.0.1:{app_port}")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            )
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{app_port}/")
+                seen = page.evaluate(_FETCHES, [server.base_url, KEY])
+                other = browser.new_page()
+                other.goto(f"http://localhost:{app_port}/")
+                refused = other.evaluate(
+                    "api => fetch(api + '/v1/pets').then(() => 'answered', e => e.name)",
+                    server.base_url,
+                )
+            finally:
+                browser.close()
+    finally:
+        pages.shutdown()
+        pages.server_close()
+    pet = {"id": 1, "name": "Rex", "categoryId": 1}
+    first, again, unauthorized = seen["first"], seen["again"], seen["unauthorized"]
+    assert (first["status"], first["body"]) == (201, pet)
+    assert first["headers"]["location"] == "/v1/pets/1"
+    assert first["headers"]["x-request-id"] == "from-the-app"
+    assert (again["status"], again["headers"]["idempotent-replayed"]) == (201, "true")
+    assert unauthorized["status"] == 401
+    assert unauthorized["headers"]["www-authenticate"].startswith("Bearer")
+    assert unauthorized["body"]["code"] == "unauthorized"
+    assert refused == "TypeError"  # the browser withholds an answer without the allowance
+    with server.client() as client:
+        assert client.get("/v1/pets").json() == [pet]
