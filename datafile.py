@@ -92,6 +92,8 @@ class FileStore(IndexedReads):
         self.sync_durations = Histogram()
         self.write_errors = 0
         self._fd = self._open_locked(path)
+        opened = os.fstat(self._fd)
+        self._identity = (opened.st_dev, opened.st_ino)  # the file at the path, while it is
         try:
             self._size = self._load()
         except BaseException:
@@ -236,7 +238,7 @@ class FileStore(IndexedReads):
     def _append(self, data: bytes) -> str | None:
         """Write and fsync `data`; on failure cut it off again and say what went wrong."""
         # Nothing is written to a file changed since the last commit (one cut stays loadable).
-        if (changed := self._changed(self._size, look_at_path=False)) is not None:
+        if (changed := self._changed(self._size, by_path=False)) is not None:
             return self._fail(changed)
         try:
             _write_all(self._fd, data, self._size)
@@ -259,24 +261,24 @@ class FileStore(IndexedReads):
         self._size += len(data)
         return None
 
-    def _changed(self, size: int, *, look_at_path: bool = True) -> str | None:
-        """Whether the file we write is no longer the data file as we left it, `size` bytes
-        long at its path: deleted, replaced (an editor's save, a restore, a rotation), cut or
+    def _changed(self, size: int, *, by_path: bool = True) -> str | None:
+        """Whether the file at the data file's path is no longer the one we write, as we left
+        it (`size` bytes): deleted, replaced (an editor's save, a restore, a rotation), cut or
         written by another hand. Writes to it would get 201s for pets the path does not hold
         (gone at the next start, their ids given again); a second process could even lock the
-        new file at the path and hand out the same ids. An fstat, and a stat of the path
-        (a file renamed away is still linked): about 2.8 us a group commit in all."""
+        new file at the path and hand out the same ids. One stat of the path (2.2 us in the
+        writer thread); `by_path=False`, an fstat of our file (0.7 us), which misses only a
+        rotation that renamed it away."""
         try:
-            ours = os.fstat(self._fd)
-            at_path = os.stat(self.path) if look_at_path else ours
+            now = os.stat(self.path) if by_path else os.fstat(self._fd)
         except FileNotFoundError:
             return "the data file was deleted"
         except OSError as error:
             return f"the data file can't be checked: {error.strerror}"
-        if ours.st_nlink == 0 or (at_path.st_dev, at_path.st_ino) != (ours.st_dev, ours.st_ino):
+        if now.st_nlink == 0 or (now.st_dev, now.st_ino) != self._identity:
             return "the data file was deleted or replaced"
-        if ours.st_size != size:
-            return f"the data file was changed by another hand ({ours.st_size} bytes, not {size})"
+        if now.st_size != size:
+            return f"the data file was changed by another hand ({now.st_size} bytes, not {size})"
         return None
 
     def _fdatasync(self) -> None:
