@@ -93,9 +93,11 @@ class StallGuard(HttpToolsProtocol):
         """uvicorn's answer to bytes it can't parse as a request (it has logged a warning), as
         every answer of ours: an Error body, validation_error, with an X-Request-Id (the
         client's when its header came before the fault, else a made one); then it closes, as
-        uvicorn does. uvicorn's own is plain text with no id, and goes out at once, so that the
-        answers of requests read whole before the fault (pipelined, or a body longer than its
-        Content-Length: a 201 among them) were lost; this one waits for them."""
+        uvicorn does, but lingering (head.close_lingering). uvicorn's own is plain text with no
+        id, and goes out at once, so that the answers of requests read whole before the fault
+        (pipelined, or a body longer than its Content-Length: a 201 among them) were lost; this
+        one waits for them. (Not for a request still answering when the fault is in the body
+        of one pipelined behind it: that answer is lost, as in uvicorn.)"""
         if self._refusal is not None:  # more bytes after the fault: refused already
             return
         request_id = None
@@ -122,8 +124,16 @@ class StallGuard(HttpToolsProtocol):
             # would pay for.
             cycle.on_response = self._refuse_after_the_last_answer
             return
-        self.transport.write(self._refusal)  # a fault in a body: that request is the bad one
-        close_lingering(self.transport)
+        # A fault in a body: that request is the bad one, and its app's answer is not sent.
+        if self.pipeline:  # an earlier request's answer is still to come: it is lost, as in uvicorn
+            self.transport.write(self._refusal)
+            self.transport.close()
+            return
+        if cycle is not None:
+            cycle.disconnected = True  # uvicorn's send drops what its app still writes
+            cycle.message_event.set()
+        self.transport.write(self._refusal)
+        self._linger()
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, and the head's limit. Written out rather than calling uvicorn's through
@@ -161,7 +171,14 @@ class StallGuard(HttpToolsProtocol):
         self.on_response_complete()
         if self._refusal is not None and not self.transport.is_closing():
             self.transport.write(self._refusal)
-            close_lingering(self.transport)
+            self._linger()
+
+    def _linger(self) -> None:
+        """Close lingering, the stall deadline no longer watched: the client was answered."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        close_lingering(self.transport)
 
     def _unsupported_upgrade_warning(self) -> None:
         # uvicorn's two warnings would tell an operator to install a WebSocket library: the
@@ -198,7 +215,7 @@ class StallGuard(HttpToolsProtocol):
 
     def _check(self) -> None:
         self._timer = None
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:  # lingering
             return
         now = self.loop.time()
         since = self._waiting_since()

@@ -1107,6 +1107,27 @@ def test_bytes_that_are_no_request_sent_with_more_get_their_400(
     assert json.loads(body)["code"] == "validation_error"
 
 
+@pytest.mark.parametrize("path", [b"/v1/pets", b"/healthz"])
+def test_a_fault_in_a_body_whose_app_answers_later_leaves_no_error(
+    start_server: ServerFactory, path: bytes
+) -> None:
+    """One packet: a request (no key: its app answers without reading the body) whose first
+    chunk's size is bad. The server's 400 goes out whole and its side ends; the app, which runs
+    after that, answers into nothing: no "Exception in ASGI application" (writing after the
+    end was a RuntimeError and an ERROR traceback from one anonymous packet)."""
+    server = start_server()
+    sent = b"GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" % path
+    status, headers, body = exchange_raw(server.port, sent)
+    assert status == "HTTP/1.1 400 Bad Request"
+    assert headers["content-length"] == str(len(body))
+    assert json.loads(body)["code"] == "validation_error"
+    with server.client() as client:  # a request after it: the one before has been handled
+        assert client.get("/healthz").status_code == 200
+    assert server.stop() == 0
+    assert "Exception in ASGI application" not in server.stderr
+    assert "RuntimeError" not in server.stderr
+
+
 def test_a_lingering_connection_is_closed_in_time_and_holds_up_no_exit(
     start_server: ServerFactory,
 ) -> None:
