@@ -36,6 +36,7 @@ bench: install
 	$(BIN)/python bench/durability.py
 	$(BIN)/python bench/idempotent_creates.py
 	$(BIN)/python bench/replicas.py
+	$(BIN)/python bench/commit_checks.py
 
 # Refresh both locks from pyproject.toml (needs uv: `pip install uv`).
 lock:

@@ -639,7 +639,7 @@ async def test_a_data_file_changed_under_the_service_stops_creates(
     """Deleted, replaced, cut or written to by another hand while the service runs: the next
     create is a 503, not a 201 for a pet the path does not hold (lost at the next start, its id
     given again); creates stop and /readyz is 503 until a restart; the file at the path is left
-    as it was changed. (Before: every create a 201, /readyz 200.)"""
+    as it was changed."""
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     async with serving(FileStore(str(path))) as http:
@@ -663,12 +663,16 @@ async def test_a_data_file_changed_under_the_service_stops_creates(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("directory_mode", "group_writes"), [(0o2775, True), (0o755, False)])
+@pytest.mark.parametrize(
+    ("directory_mode", "group_writes"),
+    [(0o2775, True), (0o2770, True), (0o755, False), (0o775, False), (0o1777, False)],
+)
 async def test_a_new_data_file_is_writable_by_the_group_when_its_directory_is(
     tmp_path: Path, directory_mode: int, group_writes: bool
 ) -> None:
-    """As the image's /data (group 0 for OpenShift's arbitrary uids): the next start, another
-    uid of the group, opens the file; elsewhere the file is its maker's, as the umask has it."""
+    """In a directory a group shares (setgid, writable by the group, not by all), as the
+    image's /data (group 0 for OpenShift's arbitrary uids): the next start, another uid of the
+    group, opens the file. Elsewhere (/tmp too) the file is its maker's, as the umask has it."""
     directory = tmp_path / "data"
     directory.mkdir()
     directory.chmod(directory_mode)
@@ -677,6 +681,59 @@ async def test_a_new_data_file_is_writable_by_the_group_when_its_directory_is(
     mode = (directory / "pets.jsonl").stat().st_mode
     assert bool(mode & stat.S_IWGRP) is group_writes
     assert not mode & stat.S_IWOTH
+
+
+@pytest.mark.anyio
+async def test_a_data_file_moved_away_during_a_commit_keeps_none_of_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Renamed away (a rotation) between a commit's write and the end of its fdatasync: the
+    create is a 503 and its line is cut off the file it went to, so that no 503's pet is
+    anywhere; creates stop."""
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(RECORDS)
+    rotated = tmp_path / "pets.jsonl.1"
+    real_fdatasync = os.fdatasync
+
+    def rotating_fdatasync(fd: int) -> None:
+        if not rotated.exists():
+            path.rename(rotated)
+        real_fdatasync(fd)
+
+    async with serving(FileStore(str(path))) as http:
+        with monkeypatch.context() as patch:
+            patch.setattr("datafile.os.fdatasync", rotating_fdatasync)
+            refused = await http.post("/v1/pets", json=WILMA)
+        later = await http.post("/v1/pets", json=WILMA)
+    assert (refused.status_code, later.status_code) == (503, 503)
+    assert "deleted or moved away" in refused.json()["message"]
+    assert rotated.read_bytes() == RECORDS
+    assert not path.exists()
+
+
+@pytest.mark.anyio
+async def test_a_check_of_the_data_file_that_fails_is_no_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stat of the path that fails otherwise than "not found" (an NFS hiccup) says nothing of
+    the file: a warning, and the create is made as usual; creates go on."""
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(RECORDS)
+    real_stat = os.stat
+
+    def failing_stat(target: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if str(target) == str(path):
+            raise os_error(errno.EIO)
+        return real_stat(target, *args, **kwargs)
+
+    async with serving(FileStore(str(path))) as http:
+        with monkeypatch.context() as patch:
+            patch.setattr("datafile.os.stat", failing_stat)
+            created = await http.post("/v1/pets", json=WILMA)
+        later = await http.post("/v1/pets", json=WILMA)
+    assert (created.status_code, later.status_code) == (201, 201)
+    assert path.read_bytes() == RECORDS + line({"id": 3, **WILMA}) + line({"id": 4, **WILMA})
+    assert any("cannot check the data file" in record.getMessage() for record in caplog.records)
 
 
 # --------------------------------------------------------------------------- one owner
