@@ -12,9 +12,9 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
 
     sys.exit(check(sys.argv[2:]))
 
-# The SIGTERMs that came before the server took its signals over (serve() acts on them). In the
-# image Python is PID 1, and the kernel drops a signal PID 1 has no handler for: one during the
-# start (the imports below, the store's load) was lost, and the service went on to serve.
+# The SIGTERMs that come before the server takes its signals over (serve() acts on them): in the
+# image Python is PID 1, and the kernel drops a signal PID 1 has no handler for, so one during
+# the start (the imports below, the store's load) needs this one.
 _stops_asked: list[int] = []
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda signum, _: _stops_asked.append(signum))
@@ -39,7 +39,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from journal import Journal
-from logs import access_log_stream, start_logging, wait_for_outlets
+from logs import access_log_stream, refuse_start, start_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
@@ -333,19 +333,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings, key_line = with_key(load_settings(argv, os.environ))
-    except SettingsError as error:  # before the log's format is known: text
-        print(f"petstore: {error}", file=sys.stderr)
+    except SettingsError as error:
+        refuse_start(str(error), None)  # before the log's format is known: text
         return 2
     start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
     try:
         sock = bound_socket(settings)  # before the store loads: an address in use says so first
         app = build(settings)
     except SettingsError as error:  # the data file, the seed, the address
-        if settings.log_format == "json":  # one JSON line, as every line of the log
-            logging.getLogger("petstore").error("%s", error)
-            wait_for_outlets()
-        else:
-            print(f"petstore: {error}", file=sys.stderr)
+        refuse_start(str(error), settings)
         return 2
 
     def announce(ready_line: str) -> None:  # a generated key only once the start succeeded

@@ -275,6 +275,16 @@ def start_logging(
         logger.warning("%s", caution)
 
 
+def refuse_start(reason: str, settings: Settings | None) -> None:
+    """Say why the start stops: a line of text on stderr, or, once the settings are read and
+    ask for JSON, one JSON line of the log, as every other line."""
+    if settings is not None and settings.log_format == "json":
+        logger.error("%s", reason)
+        wait_for_outlets()
+    else:
+        print(f"petstore: {reason}", file=sys.stderr)
+
+
 def write_stdout(text: str) -> None:
     """The service's own lines on stdout (a generated key, the ready line), in one write:
     print() writes a line and its end apart, which PYTHONUNBUFFERED (the image sets it) makes

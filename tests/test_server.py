@@ -153,16 +153,16 @@ def test_sigterm_with_an_idle_keep_alive_connection_exits_promptly(
     with server.client() as http:
         assert http.get("/v1/pets").status_code == 200  # the connection stays in the pool
         server.process.send_signal(signal.SIGTERM)
-        assert server.process.wait(10) in (0, -15)
+        assert server.process.wait(10) == 0
 
 
 def test_a_sigterm_during_the_start_stops_it_before_serving(
     start_server: ServerFactory, tmp_path: Path
 ) -> None:
     """A SIGTERM that comes while the store loads (here its seed: a FIFO nobody has written
-    yet) is acted on once the start is done: nothing is served, the process exits 0. In the
-    image, Python is PID 1, and the kernel drops a SIGTERM that finds no handler: the service
-    went on to serve until `podman stop` killed it; outside one it died of it, half started."""
+    yet) is acted on once the start is done: nothing is served, the process exits 0. (In the
+    image Python is PID 1, and the kernel drops a SIGTERM that finds no handler: app.py takes
+    it from its first lines.)"""
     fifo = tmp_path / "seed.json"
     os.mkfifo(fifo)
     server = start_server("--seed", str(fifo), wait=False)
@@ -207,7 +207,7 @@ def test_sigterm_lets_the_request_in_flight_finish(start_server: ServerFactory) 
         {"id": 1, "name": "Rex", "categoryId": 1},
     )
     assert (headers["location"], headers["connection"]) == ("/v1/pets/1", "close")
-    assert server.process.wait(10) in (0, -15)
+    assert server.process.wait(10) == 0
 
 
 def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: ServerFactory) -> None:
@@ -229,7 +229,7 @@ def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: Serv
         "message": CUT_OFF,
         "status": 500,
     }
-    assert server.process.wait(10) in (0, -15)
+    assert server.process.wait(10) == 0
     assert "Cancel 1 running task(s), timeout graceful shutdown exceeded" in server.stderr
     assert "Traceback" not in server.stderr
     assert '"GET /v1/pets" 500 ' in server.stdout
@@ -259,7 +259,7 @@ def test_access_log_has_method_path_status_duration_and_no_secret(
     ]:
         line = rf'^127\.0\.0\.1 "{method} {re.escape(path)}" {status} \d+us \S+$'
         assert re.search(line, out, re.MULTILINE), (line, out)
-    assert server.stop() in (0, -15)
+    assert server.stop() == 0
     everything = server.stdout + server.stderr
     for secret in (KEY, OTHER_KEY, "Bearer", "authorization", "Authorization"):
         assert secret not in everything, everything
@@ -777,7 +777,7 @@ def test_healthcheck_reads_only_the_address(start_server: ServerFactory) -> None
 def test_healthcheck_fails_where_nothing_listens(start_server: ServerFactory) -> None:
     """A stopped service: exit 1 and one line saying what failed."""
     server = start_server()
-    assert server.stop() in (0, -15)
+    assert server.stop() == 0
     result = healthcheck(server.port)
     assert result.returncode == 1
     assert result.stdout == ""
@@ -1155,7 +1155,7 @@ def test_a_lingering_connection_is_closed_in_time_and_holds_up_no_exit(
         connection.sendall(b"x" * 65536)
         began = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
-        assert server.process.wait(10) in (0, -15)
+        assert server.process.wait(10) == 0
         assert time.monotonic() - began < 1.5
 
 
