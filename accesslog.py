@@ -159,7 +159,7 @@ class AccessLog:
             # Cancelled: the shutdown's grace ran out (uvicorn said so, once), no fault of the
             # app's, so no traceback; answered, the task ends as it was asked to.
             cancelled = isinstance(error, asyncio.CancelledError)
-            await (cut_off() if cancelled else internal_error(scope))(scope, receive, send)
+            await (cut_off(scope) if cancelled else internal_error(scope))(scope, receive, send)
         finally:
             journal, counts, stream = self.journal, self.counts, self.stream
             if journal is not None or counts is not None or stream:
@@ -285,12 +285,17 @@ def _plain(path: str) -> bool:
     return path.isprintable() and '"' not in path and "\\" not in path
 
 
-def cut_off() -> Response:
-    """The answer to a request the shutdown cut off: its grace ran out."""
+def cut_off(scope: Scope) -> Response:
+    """The answer to a request the shutdown cut off: its grace ran out. A create may have been
+    stored all the same (its commit under way, as over a database that stopped answering)."""
+    if scope["method"] == "POST":
+        advice = "it may have been carried out: retry a create with its Idempotency-Key"
+    else:
+        advice = "it may be retried"
     return error_response(
         500,
         ErrorCode.INTERNAL_ERROR,
-        "The service stopped before this request was answered; it may be retried",
+        f"The service stopped before this request was answered; {advice}",
         {"Connection": "close"},
     )
 

@@ -98,7 +98,8 @@ class DatabaseStore:
         self._pending: list[_Create] = []
         self._in_flight: set[str] = set()  # keys whose create this process has queued
         self._pool: asyncpg.Pool | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._probe: asyncio.Task[None] | None = None
         self._wake_writer = asyncio.Event()
         self._wake_probe = asyncio.Event()
         self._closing = False
@@ -163,21 +164,28 @@ class DatabaseStore:
             command_timeout=STATEMENT_SECONDS,
             reset=_keep_session,
         )
-        self._tasks = [
-            asyncio.create_task(self._write_loop(), name="petstore-database-writer"),
-            asyncio.create_task(self._probe_loop(), name="petstore-database-probe"),
-        ]
+        self._writer = asyncio.create_task(self._write_loop(), name="petstore-database-writer")
+        self._probe = asyncio.create_task(self._probe_loop(), name="petstore-database-probe")
 
     async def close(self) -> None:
+        """Commit what is queued (each statement cut off after its 10 s), then let go of the
+        pool: at once over a database that is away, whose connections would not say goodbye.
+        The probe is not waited for: its look may wait out a statement's 10 s for nothing."""
         self._closing = True
         self._wake_writer.set()
-        self._wake_probe.set()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._pool is not None:
-            try:
-                await asyncio.wait_for(self._pool.close(), CONNECT_SECONDS)
-            except TimeoutError:
-                self._pool.terminate()
+        tasks = [task for task in (self._writer, self._probe) if task is not None]
+        if self._probe is not None:
+            self._probe.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._pool is None:
+            return
+        if self._outage is not None:
+            self._pool.terminate()
+            return
+        try:
+            await asyncio.wait_for(self._pool.close(), CONNECT_SECONDS)
+        except TimeoutError:
+            self._pool.terminate()
 
     @property
     def unwritable(self) -> str | None:
