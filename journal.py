@@ -73,7 +73,11 @@ class Journal:
         # Entries note the monotonic clock (which the access log reads anyway); this turns
         # it into the wall clock when they are read.
         self.wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
-        self.secrets = tuple(secret for secret in secrets if secret)
+        # Each also as its UTF-8 read as Latin-1, as a header's value, the query and the
+        # request id are decoded: a password with a letter past ASCII is written so there.
+        # Longest first, as Settings.secrets.
+        forms = {form for s in secrets if s for form in (s, s.encode().decode("latin-1"))}
+        self.secrets = tuple(sorted(forms, key=lambda form: (-len(form), form)))
         # A body is kept this far past the limit, so that a key that straddles the cut is
         # found whole (and redacted) before the cut is made.
         self.body_kept = JOURNAL_BODY_LIMIT + max(

@@ -55,7 +55,7 @@ class Settings:
     def secrets(self) -> tuple[str, ...]:
         """What no log line and no journal entry may show: the keys of both kinds and the
         database's password (as the URL writes it and as it is), longest first."""
-        encoded = urllib.parse.urlsplit(self.database).password if self.database else None
+        encoded = _written_password(self.database) if self.database else None
         given = (*self.api_keys, *self.admin_keys, encoded, self.database_password)
         # Longest first: a key inside another (an API key within an admin key) would leave the
         # rest of the longer one around its `[redacted]`.
@@ -138,9 +138,23 @@ def _database_url(text: str, name: str) -> str:
 
 
 def url_password(url: str) -> str | None:
-    """The password a libpq URL holds, percent-decoded; None if it holds none."""
-    password = urllib.parse.urlsplit(url).password
-    return urllib.parse.unquote(password) if password else None
+    """The password a libpq URL holds, decoded, as the driver reads it: the user's part's,
+    else the query's `password` (the last one); None if it holds none."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        return urllib.parse.unquote(parts.password)
+    given = urllib.parse.parse_qs(parts.query).get("password")
+    return given[-1] if given else None
+
+
+def _written_password(url: str) -> str | None:
+    """The password a libpq URL holds, as the URL writes it (percent-encoded)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        return parts.password
+    pairs = (pair.partition("=") for pair in parts.query.split("&"))
+    written = [value for name, _, value in pairs if name == "password"]
+    return written[-1] if written else None
 
 
 def describe(url: str) -> str:

@@ -442,6 +442,40 @@ async def test_the_database_password_is_kept_out_of_the_access_log_and_the_journ
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    "database",
+    [
+        "postgresql://petstore:pa%C3%A9%24word-42@db.internal/petstore",
+        "postgresql://petstore@db.internal/petstore?sslmode=prefer&password=pa%C3%A9%24word-42",
+    ],
+    ids=["in-the-user-s-part", "in-the-query"],
+)
+async def test_a_password_past_ascii_or_in_the_query_is_kept_out_too(database: str) -> None:
+    """A password with a letter past ASCII, sent raw in a header (whose bytes the journal reads
+    as Latin-1) or in the query; and one given as the URL's `password` parameter, which the
+    driver takes as well: `[redacted]` in the access log and the journal all the same."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), database=database)
+    secret = "paé$word-42"  # noqa: S105 - the password the URLs hold
+    access_log = io.StringIO()
+    petstore = create_app(settings, MemoryStore(), access_log=access_log)
+    async with serving(petstore) as client:
+        await client.get(
+            f"/v1/pets/{secret}",
+            headers={b"X-Note": secret.encode()},  # its UTF-8, raw
+            params={"q": secret},
+        )
+        journal = await client.get("/_admin/requests", headers=bearer(ADMIN_KEY))
+    petstore.access_log.flush()
+    written = access_log.getvalue() + journal.text
+    for form in (secret, secret.encode().decode("latin-1"), "pa%C3%A9%24word-42"):
+        assert form not in written
+        assert json.dumps(form)[1:-1] not in written  # as JSON writes it
+    (entry,) = journal.json()["requests"]
+    assert (entry["path"], entry["query"]) == ("/v1/pets/[redacted]", "q=[redacted]")
+    assert entry["headers"]["x-note"] == "[redacted]"
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("log_format", ["text", "json"])
 async def test_a_password_the_lines_escape_is_still_redacted(log_format: str) -> None:
     """A password with a quote, a backslash and a letter past ASCII in a path: the text log
