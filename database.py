@@ -28,6 +28,7 @@ from tables import (
     PAGE_BY_STATUS,
     PET_START,
     STATEMENT_SECONDS,
+    UNAVAILABLE,
     UNCOUNT,
     Connection,
     DatabaseError,
@@ -38,24 +39,13 @@ from tables import (
 
 logger = logging.getLogger("petstore.store")
 
-# What an unreachable, stopping or refusing server raises: a 503, and the service waits for
-# it to come back. Anything else is a bug and answers 500.
-UNAVAILABLE: Final = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,  # "connection is closed"
-    asyncpg.exceptions.OperatorInterventionError,  # shutting down, starting up, canceled
-    asyncpg.exceptions.InsufficientResourcesError,  # disk full, too many connections
-    asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
-    asyncpg.exceptions.InvalidCatalogNameError,  # no such database
-    asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
-    # A table renamed or dropped: an outage until it is back (a revoked right is a 500).
-    asyncpg.exceptions.UndefinedTableError,
-    asyncpg.exceptions.UndefinedColumnError,
-)
 CONNECT_SECONDS: Final = 5.0
+# What a create whose commit went unanswered is told, with its Idempotency-Key or without one.
 MAYBE: Final = "this create may have been stored: retry it with its Idempotency-Key"
+MAYBE_KEYLESS: Final = (
+    "this create may have been stored: look for it before sending it again (a create sent with"
+    " an Idempotency-Key is retried safely)"
+)
 _NOT_READY: Final = "The database is unavailable: not ready yet"
 POOL_SIZE: Final = 8
 PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked
@@ -288,19 +278,13 @@ class DatabaseStore:
                     raise StorageUnavailable(problem)
                 pets = await self._commit(batch)
             except UNAVAILABLE as error:  # the commit may have happened, unanswered: say so
-                failure: BaseException = StorageUnavailable(f"{self._unavailable(error)}; {MAYBE}")
-            except StorageUnavailable as error:  # every id taken
-                failure = error
-            except Exception as error:  # a bug: each create answers 500, the writer goes on
-                failure = error
+                _fail(batch, self._unavailable(error), maybe_stored=True)
+            except Exception as error:  # every id taken (a 503); else a bug: 500s, and go on
+                _fail(batch, error)
             else:
                 for create, pet in zip(batch, pets, strict=True):
                     if not create.done.done():  # else the client left; the pet is stored
                         create.done.set_result(pet)
-                continue
-            for create in batch:
-                if not create.done.done():
-                    create.done.set_exception(failure)
 
     async def _commit(self, batch: list[_Create]) -> list[Pet | None]:
         """Store the batch with one statement (see tables.CREATE). A keyed create whose key
@@ -392,6 +376,16 @@ class DatabaseStore:
         else:
             reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         return redact(reason, (self._password,)) if self._password else reason
+
+
+def _fail(batch: list[_Create], error: BaseException, *, maybe_stored: bool = False) -> None:
+    """Each create of the batch still waited for gets `error`; or, when its commit may have
+    happened unanswered, a 503 that says so, and how to retry it."""
+    for create in batch:
+        if not create.done.done():
+            maybe = MAYBE if create.key is not None else MAYBE_KEYLESS
+            told = StorageUnavailable(f"{error}; {maybe}") if maybe_stored else error
+            create.done.set_exception(told)
 
 
 async def _keep_session(connection: asyncpg.Connection) -> None:

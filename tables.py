@@ -17,6 +17,22 @@ logger = logging.getLogger("petstore.store")
 Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 SCHEMA_VERSION: Final = 1
 STATEMENT_SECONDS: Final = 10.0  # the pool's statement timeout
+# What an unreachable, stopping or refusing server raises: a 503, and the service waits for
+# it to come back. Anything else is a bug and answers 500.
+UNAVAILABLE: Final = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,  # "connection is closed"
+    asyncpg.exceptions.OperatorInterventionError,  # shutting down, starting up, canceled
+    asyncpg.exceptions.InsufficientResourcesError,  # disk full, too many connections
+    asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # wrong password
+    asyncpg.exceptions.InvalidCatalogNameError,  # no such database
+    asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby
+    # A table renamed or dropped: an outage until it is back (a revoked right is a 500).
+    asyncpg.exceptions.UndefinedTableError,
+    asyncpg.exceptions.UndefinedColumnError,
+)
 # Taken while a process makes the tables or seeds them, so that replicas starting together
 # don't race (CREATE TABLE IF NOT EXISTS alone is not safe under concurrency).
 _SCHEMA_LOCK: Final = 0x7065_7473_746F_7265  # "petstore"

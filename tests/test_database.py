@@ -23,9 +23,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import Petstore, create_app
-from database import DatabaseStore
+from database import DatabaseStore, _Create, _fail
 from opening import open_store
+from schemas import CategoryId, NewPet
 from settings import Settings, SettingsError, describe, load_settings
+from store import StorageUnavailable
 from tests.conftest import (
     AUTH,
     KEY,
@@ -667,7 +669,8 @@ def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_ans
             cut_off = assert_error(waiting.result(), 500, "internal_error")
     assert messages[0] == (
         "The database is unavailable: no answer in time; this create may have been stored:"
-        " retry it with its Idempotency-Key"
+        " look for it before sending it again (a create sent with an Idempotency-Key is retried"
+        " safely)"
     )
     assert messages[1:] == ["The database is unavailable: no answer in time"] * 2
     assert cut_off == (
@@ -702,6 +705,27 @@ async def test_closing_does_not_wait_for_the_probe_s_statement(url: str) -> None
 
 async def _ready(store: DatabaseStore) -> bool:
     return store.unwritable is None
+
+
+async def test_a_create_that_may_have_been_stored_is_told_how_to_retry_it() -> None:
+    """A commit that went unanswered: a keyed create is told to retry with its key (replayed,
+    or made once); one without a key, which has none to retry with, to look for it first."""
+    loop = asyncio.get_running_loop()
+    pet = NewPet(name="Rex", categoryId=CategoryId(1))
+    keyed, keyless = (
+        _Create(pet, "k-1", loop.create_future()),
+        _Create(pet, None, loop.create_future()),
+    )
+    _fail(
+        [keyed, keyless], StorageUnavailable("The database is unavailable: gone"), maybe_stored=True
+    )
+    told = [str(create.done.exception()) for create in (keyed, keyless)]
+    assert told == [
+        "The database is unavailable: gone; this create may have been stored: retry it with its"
+        " Idempotency-Key",
+        "The database is unavailable: gone; this create may have been stored: look for it before"
+        " sending it again (a create sent with an Idempotency-Key is retried safely)",
+    ]
 
 
 def test_an_outage_s_cause_never_shows_the_password_pgpassword_s_included(
