@@ -113,6 +113,11 @@ async def prepare(connection: Connection, where: str, seed: Sequence[SeedPet]) -
                 f"database {where}: its schema version {version} is newer than this "
                 f"service's ({SCHEMA_VERSION}); run a newer petstore"
             )
+        elif version < 1:  # none that petstore made: its tables are not ours to wait for
+            raise DatabaseError(
+                f"database {where}: its schema version {version} is none petstore made (this"
+                f" service's is {SCHEMA_VERSION}); give the service a database of its own"
+            )
         next_id = await connection.fetchval("SELECT next_id FROM petstore_ids FOR UPDATE")
         if seed and next_id == 1:
             await _insert_seed(connection, seed_pets(seed, last_id=0), where)

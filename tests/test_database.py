@@ -404,17 +404,24 @@ def secret_free(postgres: Cluster, *outputs: str) -> None:
         assert postgres.password not in output
 
 
-def test_a_newer_schema_stops_the_start_in_one_line(
-    url: str, postgres: Cluster, start_server: ServerFactory
+@pytest.mark.parametrize(
+    ("version", "why"),
+    [
+        (2, "is newer than this service's (1); run a newer petstore"),
+        (0, "is none petstore made (this service's is 1); give the service a database of its own"),
+    ],
+)
+def test_a_schema_of_another_version_stops_the_start_in_one_line(
+    url: str, postgres: Cluster, start_server: ServerFactory, version: int, why: str
 ) -> None:
+    """A newer version, or one no petstore made (it waited for its tables as for an outage)."""
     database = Cluster.name(url)
     postgres.sql("CREATE TABLE petstore_schema (version integer NOT NULL)", database)
-    postgres.sql("INSERT INTO petstore_schema VALUES (2)", database)
+    postgres.sql(f"INSERT INTO petstore_schema VALUES ({version:d})", database)  # noqa: S608 - an int
     server = start_server("--database", url, wait=False)
     assert server.process.wait(15) == 2
     assert server.stderr.strip().splitlines()[-1] == (
-        f"petstore: database {postgres.directory}/{database}: its schema version 2 is newer "
-        "than this service's (1); run a newer petstore"
+        f"petstore: database {postgres.directory}/{database}: its schema version {version} {why}"
     )
     secret_free(postgres, server.stdout, server.stderr)
 
