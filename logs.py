@@ -116,6 +116,7 @@ class Outlet:
         self._size = 0  # characters queued
         self._dropped = 0  # lines dropped since the last warning
         self._writing = False
+        self._stuck = False  # a wait for its writes ran out
         self._error: Exception | None = None
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"petstore-{name}", daemon=True)
@@ -139,11 +140,14 @@ class Outlet:
         """Nothing to do: the thread writes and flushes each time as soon as it can."""
 
     def wait(self, seconds: float) -> bool:
-        """Wait until all that is queued is written, `seconds` at most; whether it was."""
+        """Wait until all that is queued is written, `seconds` at most; whether it was. Once a
+        wait ran out, later ones don't wait (the exit waits twice: it would take twice as long
+        for a reader that is gone)."""
         deadline = time.monotonic() + seconds
         with self._changed:
             while (self._queued or self._writing) and self._error is None:
-                if not self._changed.wait(deadline - time.monotonic()):
+                if self._stuck or not self._changed.wait(deadline - time.monotonic()):
+                    self._stuck = True
                     return False
         return True
 
