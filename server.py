@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import httptools
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -96,8 +96,7 @@ class StallGuard(HttpToolsProtocol):
         uvicorn does, but lingering (head.close_lingering). uvicorn's own is plain text with no
         id, and goes out at once, so that the answers of requests read whole before the fault
         (pipelined, or a body longer than its Content-Length: a 201 among them) were lost; this
-        one waits for them. (Not for a request still answering when the fault is in the body
-        of one pipelined behind it: that answer is lost, as in uvicorn.)"""
+        one waits for them."""
         if self._refusal is not None:  # more bytes after the fault: refused already
             return
         request_id = None
@@ -125,15 +124,22 @@ class StallGuard(HttpToolsProtocol):
             cycle.on_response = self._refuse_after_the_last_answer
             return
         # A fault in a body: that request is the bad one, and its app's answer is not sent.
-        if self.pipeline:  # an earlier request's answer is still to come: it is lost, as in uvicorn
-            self.transport.write(self._refusal)
-            self.transport.close()
-            return
         if cycle is not None:
             cycle.disconnected = True  # uvicorn's send drops what its app still writes
             cycle.message_event.set()
+        if self.pipeline and self.pipeline[0][0] is cycle:  # queued behind requests still to
+            # be answered: in its turn, the refusal instead of its app (uvicorn's ASGI types
+            # and Starlette's describe the same dicts apart)
+            self.pipeline[0] = (cycle, self._refuse_in_turn)  # type: ignore[assignment]
+            return
         self.transport.write(self._refusal)
         self._linger()
+
+    async def _refuse_in_turn(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A pipelined request's app, once the answers before it went out: the refusal."""
+        if self._refusal is not None and not self.transport.is_closing():
+            self.transport.write(self._refusal)
+            self._linger()
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, and the head's limit. Written out rather than calling uvicorn's through

@@ -1128,6 +1128,28 @@ def test_a_fault_in_a_body_whose_app_answers_later_leaves_no_error(
     assert "RuntimeError" not in server.stderr
 
 
+def test_a_fault_in_a_pipelined_body_is_answered_after_the_requests_before_it(
+    start_server: ServerFactory,
+) -> None:
+    """One packet: a request its app answers after a delay, then one whose first chunk's size is
+    bad. The first gets its answer, then the second the server's 400, in order, and no ERROR
+    line: the 400 and the close had come first, the first answer lost and its write an
+    "Exception in ASGI application"."""
+    server = start_server("--admin-key", ADMIN_KEY)
+    sent = (
+        b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n%sPrefer: delay=300\r\n\r\n" % AUTH_LINE
+        + b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        connection.sendall(sent)
+        received = read_until_closed(connection)
+    first, _, rest = received.partition(b"\r\n\r\n[]")  # the list, empty
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert rest.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert server.stop() == 0
+    assert "Exception in ASGI application" not in server.stderr
+
+
 def test_a_lingering_connection_is_closed_in_time_and_holds_up_no_exit(
     start_server: ServerFactory,
 ) -> None:
