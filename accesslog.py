@@ -288,10 +288,12 @@ def _plain(path: str) -> bool:
 def cut_off(scope: Scope) -> Response:
     """The answer to a request the shutdown cut off: its grace ran out. A create may have been
     stored all the same (its commit under way, as over a database that stopped answering)."""
-    if scope["method"] == "POST":
-        advice = "it may have been carried out: retry a create with its Idempotency-Key"
-    else:
+    if scope["method"] != "POST":
         advice = "it may be retried"
+    elif any(name == b"idempotency-key" for name, _ in scope["headers"]):
+        advice = "it may have been carried out: retry it with its Idempotency-Key"
+    else:
+        advice = "it may have been carried out: look for its result before sending it again"
     return error_response(
         500,
         ErrorCode.INTERNAL_ERROR,

@@ -40,6 +40,7 @@ from tables import (
 logger = logging.getLogger("petstore.store")
 
 CONNECT_SECONDS: Final = 5.0
+CLOSE_SECONDS: Final = 1.0  # the pool's goodbyes at shutdown, at most
 # What a create whose commit went unanswered is told, with its Idempotency-Key or without one.
 MAYBE: Final = "this create may have been stored: retry it with its Idempotency-Key"
 MAYBE_KEYLESS: Final = (
@@ -159,8 +160,9 @@ class DatabaseStore:
 
     async def close(self) -> None:
         """Commit what is queued (each statement cut off after its 10 s), then let go of the
-        pool: at once over a database that is away, whose connections would not say goodbye.
-        The probe is not waited for: its look may wait out a statement's 10 s for nothing."""
+        pool: at once over a database known to be away, whose connections would not say
+        goodbye, else within CLOSE_SECONDS. The probe is not waited for: its look may wait out
+        a statement's 10 s for nothing."""
         self._closing = True
         self._wake_writer.set()
         tasks = [task for task in (self._writer, self._probe) if task is not None]
@@ -172,8 +174,8 @@ class DatabaseStore:
         if self._outage is not None:
             self._pool.terminate()
             return
-        try:
-            await asyncio.wait_for(self._pool.close(), CONNECT_SECONDS)
+        try:  # a server that answers says goodbye in milliseconds; one that stopped, never
+            await asyncio.wait_for(self._pool.close(), CLOSE_SECONDS)
         except TimeoutError:
             self._pool.terminate()
 

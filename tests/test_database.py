@@ -682,7 +682,7 @@ def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_ans
     assert messages[1:] == ["The database is unavailable: no answer in time"] * 2
     assert cut_off == (
         "The service stopped before this request was answered; it may have been carried out:"
-        " retry a create with its Idempotency-Key"
+        " look for its result before sending it again"
     )
     assert stopped.process.wait(30) == 0
 
@@ -708,6 +708,25 @@ async def test_closing_does_not_wait_for_the_probe_s_statement(url: str) -> None
     finally:
         await asyncio.gather(locker.close(), watcher.close())
     assert took < 2, f"{took:.1f} s"
+
+
+async def test_closing_over_a_database_that_stopped_answering_takes_a_second(
+    own_postgres: Cluster,
+) -> None:
+    """The database hung, not yet known to be away (no statement has run out its time): the
+    pool's connections can't say goodbye, and the store lets go of them after a second (5 s,
+    the connect timeout, before)."""
+    url = own_postgres.url("postgres")
+    store = open_store(Settings(api_keys=(KEY,), database=url))
+    assert isinstance(store, DatabaseStore)
+    await store.open()
+    await eventually(lambda: _ready(store), "the store ready")
+    await store.add(NewPet(name="Rex", categoryId=CategoryId(1)))  # a connection in the pool
+    with own_postgres.hung():
+        began = time.monotonic()
+        await asyncio.wait_for(store.close(), 10)
+        took = time.monotonic() - began
+    assert took < 2.5, f"{took:.1f} s"
 
 
 async def _ready(store: DatabaseStore) -> bool:
