@@ -116,7 +116,6 @@ class Outlet:
         self._size = 0  # characters queued
         self._dropped = 0  # lines dropped since the last warning
         self._writing = False
-        self._stuck = False  # a wait for its writes ran out
         self._error: Exception | None = None
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"petstore-{name}", daemon=True)
@@ -140,14 +139,11 @@ class Outlet:
         """Nothing to do: the thread writes and flushes each time as soon as it can."""
 
     def wait(self, seconds: float) -> bool:
-        """Wait until all that is queued is written, `seconds` at most; whether it was. Once a
-        wait ran out, later ones don't wait (the exit waits twice: it would take twice as long
-        for a reader that is gone)."""
+        """Wait until all that is queued is written, `seconds` at most; whether it was."""
         deadline = time.monotonic() + seconds
         with self._changed:
             while (self._queued or self._writing) and self._error is None:
-                if self._stuck or not self._changed.wait(deadline - time.monotonic()):
-                    self._stuck = True
+                if not self._changed.wait(deadline - time.monotonic()):
                     return False
         return True
 
@@ -179,6 +175,7 @@ class Outlet:
 OUTLET_LIMIT: Final = 4 << 20
 EXIT_WAIT_SECONDS: Final = 2.0
 _outlets: list[Outlet] = []
+_exit_wait_ends: float | None = None  # when the exit stops waiting (wait_for_outlets)
 _handler_outlets: dict[int, Outlet] = {}
 
 
@@ -193,12 +190,15 @@ def unblocked_handler(stream: TextIO) -> logging.StreamHandler[Outlet]:
 
 
 @atexit.register
-def wait_for_outlets(seconds: float = EXIT_WAIT_SECONDS) -> None:
-    """Let every Outlet write what it holds, `seconds` at most in all: at exit, and before
-    uvicorn raises SIGTERM again (server.py), which ends the process at once."""
-    deadline = time.monotonic() + seconds
+def wait_for_outlets() -> None:
+    """Let every Outlet write what it holds, EXIT_WAIT_SECONDS at most in all, over every
+    call: the exit waits twice (before uvicorn raises SIGTERM again, server.py, which ends the
+    process at once; and at exit), and a reader that is gone is waited for once."""
+    global _exit_wait_ends  # noqa: PLW0603 - one budget for the process's exit
+    if _exit_wait_ends is None:
+        _exit_wait_ends = time.monotonic() + EXIT_WAIT_SECONDS
     for outlet in _outlets:
-        outlet.wait(deadline - time.monotonic())
+        outlet.wait(_exit_wait_ends - time.monotonic())
 
 
 def logging_config(settings: Settings) -> dict[str, Any]:

@@ -585,8 +585,8 @@ def test_a_reader_that_stops_reading_never_stops_the_service() -> None:
         began = time.monotonic()
         process.send_signal(signal.SIGTERM)
         assert process.wait(15) == 0
-        # The logs' 2 s at exit once, not twice (once before uvicorn's signal, once at exit).
-        assert time.monotonic() - began < 3.5
+        # The logs' 2 s at exit in all, not twice (before uvicorn's signal, and at exit).
+        assert time.monotonic() - began < 3.8
     finally:
         process.kill()
         process.communicate()
