@@ -1107,6 +1107,30 @@ def test_bytes_that_are_no_request_sent_with_more_get_their_400(
     assert json.loads(body)["code"] == "validation_error"
 
 
+def test_a_lingering_connection_is_not_taken_for_a_stalled_one(
+    start_server: ServerFactory,
+) -> None:
+    """With --client-timeout 0.5, a client answered 413 that goes on sending is read for the
+    linger's 2 s, not cut off as stalled after half a second (the bytes it sends go to no
+    request, so the stall deadline saw none)."""
+    server = start_server("--max-body", "1024", "--client-timeout", "0.5")
+    head = (
+        b"POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"%sContent-Length: 100000000\r\n\r\n" % AUTH_LINE
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        connection.sendall(head)
+        assert connection.recv(65536).startswith(b"HTTP/1.1 413 ")
+        began = time.monotonic()
+        with pytest.raises(OSError):  # a reset, once the lingering ends
+            while time.monotonic() - began < 10:
+                connection.sendall(b"x" * 4096)
+                time.sleep(0.05)  # the client's pace, not a wait for the server
+        assert time.monotonic() - began > 1.5
+    assert server.stop() == 0
+    assert "stalled" not in server.stderr
+
+
 @pytest.mark.parametrize("path", [b"/v1/pets", b"/healthz"])
 def test_a_fault_in_a_body_whose_app_answers_later_leaves_no_error(
     start_server: ServerFactory, path: bytes
@@ -1133,8 +1157,7 @@ def test_a_fault_in_a_pipelined_body_is_answered_after_the_requests_before_it(
 ) -> None:
     """One packet: a request its app answers after a delay, then one whose first chunk's size is
     bad. The first gets its answer, then the second the server's 400, in order, and no ERROR
-    line: the 400 and the close had come first, the first answer lost and its write an
-    "Exception in ASGI application"."""
+    line (the first app's write after a close would be an "Exception in ASGI application")."""
     server = start_server("--admin-key", ADMIN_KEY)
     sent = (
         b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n%sPrefer: delay=300\r\n\r\n" % AUTH_LINE

@@ -586,6 +586,27 @@ def test_a_short_database_password_is_cautioned_against_and_pgpassword_redacted(
     assert load_settings(["--api-key", "k" * 16], {"PGPASSWORD": "pets"}).secrets == ("k" * 16,)
 
 
+@pytest.mark.parametrize(
+    ("url", "written"),
+    [
+        ("postgresql://u:p%26ss+w%C3%A9rd-42@db/pets", "p%26ss+w%C3%A9rd-42"),
+        ("postgresql://u@db/pets?password=p%26ss%2Bw%C3%A9rd-42", "p%26ss%2Bw%C3%A9rd-42"),
+        (
+            "postgresql://u@db/pets?sslmode=prefer&password=x&password=p%26ss%2Bw%C3%A9rd-42",
+            "p%26ss%2Bw%C3%A9rd-42",
+        ),
+    ],
+    ids=["user-s-part", "query", "query-twice"],
+)
+def test_the_database_password_is_found_where_the_driver_finds_it(url: str, written: str) -> None:
+    """In the user's part, or else the query's `password` (its last), decoded as the driver
+    decodes each; among the secrets, decoded and as the URL writes it."""
+    settings = load_settings(["--api-key", "k" * 16, "--database", url], {})
+    decoded = "p&ss+wérd-42"  # the password the URLs hold
+    assert settings.database_password == decoded
+    assert {decoded, written} <= set(settings.secrets)
+
+
 def test_the_log_levels_are_uvicorn_s() -> None:
     """settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps
     them through uvicorn's table."""
