@@ -683,6 +683,17 @@ async def test_a_new_data_file_is_writable_by_the_group_when_its_directory_is(
     assert not mode & stat.S_IWOTH
 
 
+async def create_with_and_without(
+    path: Path, monkeypatch: pytest.MonkeyPatch, name: str, stand_in: Callable[..., Any]
+) -> tuple[httpx.Response, httpx.Response]:
+    """A create with the data file's `os.<name>` replaced by `stand_in`, then one as usual."""
+    async with serving(FileStore(str(path))) as http:
+        with monkeypatch.context() as patch:
+            patch.setattr(f"datafile.os.{name}", stand_in)
+            first = await http.post("/v1/pets", json=WILMA)
+        return first, await http.post("/v1/pets", json=WILMA)
+
+
 @pytest.mark.anyio
 async def test_a_data_file_moved_away_during_a_commit_keeps_none_of_its_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -700,11 +711,9 @@ async def test_a_data_file_moved_away_during_a_commit_keeps_none_of_its_lines(
             path.rename(rotated)
         real_fdatasync(fd)
 
-    async with serving(FileStore(str(path))) as http:
-        with monkeypatch.context() as patch:
-            patch.setattr("datafile.os.fdatasync", rotating_fdatasync)
-            refused = await http.post("/v1/pets", json=WILMA)
-        later = await http.post("/v1/pets", json=WILMA)
+    refused, later = await create_with_and_without(
+        path, monkeypatch, "fdatasync", rotating_fdatasync
+    )
     assert (refused.status_code, later.status_code) == (503, 503)
     assert "deleted or moved away" in refused.json()["message"]
     assert rotated.read_bytes() == RECORDS
@@ -726,11 +735,7 @@ async def test_a_check_of_the_data_file_that_fails_is_no_change(
             raise os_error(errno.EIO)
         return real_stat(target, *args, **kwargs)
 
-    async with serving(FileStore(str(path))) as http:
-        with monkeypatch.context() as patch:
-            patch.setattr("datafile.os.stat", failing_stat)
-            created = await http.post("/v1/pets", json=WILMA)
-        later = await http.post("/v1/pets", json=WILMA)
+    created, later = await create_with_and_without(path, monkeypatch, "stat", failing_stat)
     assert (created.status_code, later.status_code) == (201, 201)
     assert path.read_bytes() == RECORDS + line({"id": 3, **WILMA}) + line({"id": 4, **WILMA})
     assert any("cannot check the data file" in record.getMessage() for record in caplog.records)
