@@ -123,7 +123,8 @@ class StallGuard(HttpToolsProtocol):
             # would pay for.
             cycle.on_response = self._refuse_after_the_last_answer
             return
-        # A fault in a body: that request is the bad one, and its app's answer is not sent.
+        # A fault in the last request's body (that request is the bad one, and its app's answer
+        # is not sent), or in a request begun after the last one's answer.
         if cycle is not None:
             cycle.disconnected = True  # uvicorn's send drops what its app still writes
             cycle.message_event.set()
