@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from journal import Journal, rfc3339
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
+from parsing import header
 from redaction import redact
 from routing import REQUEST_ID_HEADER, STATUS, error_response, internal_error
 from schemas import ErrorCode, encoder
@@ -290,7 +291,7 @@ def cut_off(scope: Scope) -> Response:
     stored all the same (its commit under way, as over a database that stopped answering)."""
     if scope["method"] != "POST":
         advice = "it may be retried"
-    elif any(name == b"idempotency-key" for name, _ in scope["headers"]):
+    elif header(scope, b"idempotency-key") is not None:
         advice = "it may have been carried out: retry it with its Idempotency-Key"
     else:
         advice = "it may have been carried out: look for its result before sending it again"

@@ -24,6 +24,7 @@ import pytest
 import uvicorn
 from starlette.types import Message, Scope
 
+from accesslog import cut_off
 from app import Petstore
 from server import http_protocol
 from settings import Settings
@@ -236,6 +237,30 @@ def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: Serv
 
 
 # --------------------------------------------------------------------------- the access log
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "advice"),
+    [
+        ("GET", [], "it may be retried"),
+        (
+            "POST",
+            [(b"idempotency-key", b"k-1")],
+            "it may have been carried out: retry it with its Idempotency-Key",
+        ),
+        ("POST", [], "it may have been carried out: look for its result before sending it again"),
+    ],
+    ids=["a-read", "a-keyed-create", "a-keyless-create"],
+)
+def test_the_cut_off_500_says_how_to_retry(
+    method: str, headers: list[tuple[bytes, bytes]], advice: str
+) -> None:
+    """A create may have been stored when the grace ran out: retried with its key, or, without
+    one, looked for first; a read may be retried as it is."""
+    response = cut_off({"type": "http", "method": method, "headers": headers})
+    assert json.loads(bytes(response.body))["message"] == (
+        f"The service stopped before this request was answered; {advice}"
+    )
 
 
 def test_access_log_has_method_path_status_duration_and_no_secret(
