@@ -230,7 +230,7 @@ def create_app(
         # `log` is the AccessLog layer, made below around the others, and `counts` its counts.
         tasks = []
         if access_log:
-            tasks.append(asyncio.create_task(_flush_every(log, LOG_EVERY)))
+            tasks.append(asyncio.create_task(_drain_every(log, LOG_EVERY)))
         if counts is not None:
             tasks.append(asyncio.create_task(_fold_every(counts, FOLD_EVERY)))
         health.started = True
@@ -240,6 +240,8 @@ def create_app(
             health.stopping = True
             for task in tasks:
                 task.cancel()
+            # Cancelled, the drain puts back the entries it had not formatted: flush after it.
+            await asyncio.gather(*tasks, return_exceptions=True)
             await store.close()
             log.flush()
 
@@ -300,7 +302,7 @@ def create_app(
     return Petstore(app, router, health, log, plane)
 
 
-async def _flush_every(log: AccessLog, seconds: float) -> None:
+async def _drain_every(log: AccessLog, seconds: float) -> None:
     while True:
         await asyncio.sleep(seconds)
         await log.drain()
