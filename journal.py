@@ -78,11 +78,12 @@ class Journal:
         # Longest first, as Settings.secrets.
         forms = {form for s in secrets if s for form in (s, s.encode().decode("latin-1"))}
         self.secrets = tuple(sorted(forms, key=lambda form: (-len(form), form)))
+        # A secret in a body as JSON may write it: each character as itself or escaped.
+        self.in_json = re.compile("|".join(map(_json_forms, self.secrets)) or "(?!)")
         # A body is kept this far past the limit, so that a key that straddles the cut is
-        # found whole (and redacted) before the cut is made.
-        self.body_kept = JOURNAL_BODY_LIMIT + max(
-            (len(s.encode()) for s in self.secrets), default=1
-        )
+        # found whole (and redacted) before the cut is made: 12 bytes a character at most
+        # (a surrogate pair's two escapes).
+        self.body_kept = JOURNAL_BODY_LIMIT + 12 * max(map(len, self.secrets), default=0)
 
     @property
     def dropped(self) -> int:
@@ -100,7 +101,8 @@ class Journal:
         """Note a request that ended, if it was under /v1: its scope, when it arrived
         (time.perf_counter_ns), how long it took, its status (None: no answer) and request id
         (which AccessLog has at hand). The body it read (parsing.read_body left it in the
-        scope) is cut to what the journal gives out, and one byte more."""
+        scope) is cut to `body_kept` bytes: what the journal gives out, and room for a secret
+        that straddles the cut."""
         path: str = scope["path"]
         if scope.get("root_path"):  # route_path only then: a call less for most requests
             path = route_path(scope)
@@ -190,13 +192,28 @@ class Journal:
             requestId=self._redact(recorded.request_id.decode("latin-1")),
             headers=headers,
         )
-        if recorded.body is not None:  # redacted whole as kept, then cut (no key's head left)
-            body = self._redact_encoded(recorded.body.decode("utf-8", errors="replace"), _unescaped)
+        if recorded.body is not None:
+            entry.body = self._body(recorded.body)
             if len(recorded.body) > JOURNAL_BODY_LIMIT:
-                body = body.encode()[:JOURNAL_BODY_LIMIT].decode("utf-8", errors="ignore")
                 entry.bodyTruncated = True
-            entry.body = body
         return entry
+
+    def _body(self, kept: bytes) -> str:
+        """A body as the journal gives it out: its first JOURNAL_BODY_LIMIT bytes, with each
+        secret in it, as it is or JSON-escaped (`\\u0041bc`), written as REDACTED. The text is
+        cut where the limit falls, or past it at the end of a secret that straddles it, then
+        redacted, then cut to the limit: nothing read past the limit (where the kept bytes end
+        in a piece of a secret) is given out, however much the redaction shortened the text."""
+        text = kept.decode("utf-8", errors="replace")
+        if len(kept) <= JOURNAL_BODY_LIMIT:  # the expression only where an escape may hide one
+            return self.in_json.sub(REDACTED, text) if "\\" in text else self._redact(text)
+        end = len(kept[:JOURNAL_BODY_LIMIT].decode("utf-8", errors="replace"))
+        for found in self.in_json.finditer(text):
+            if found.start() < end < found.end():
+                end = found.end()
+                break
+        text = self.in_json.sub(REDACTED, text[:end])
+        return text.encode()[:JOURNAL_BODY_LIMIT].decode("utf-8", errors="ignore")
 
 
 def rfc3339(time_ns: int) -> str:
@@ -214,15 +231,23 @@ def _to_the_second(seconds: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S")
 
 
-# A JSON string's escapes: \u0041 and \/ and the rest (a key can hide in them in a body).
-_JSON_ESCAPE: Final = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
-_ESCAPED: Final = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+# A JSON string's short escapes (json.org), by the character they stand for.
+_SHORT_ESCAPES: Final = dict(zip('"\\/\b\f\n\r\t', '"\\/bfnrt', strict=True))
 
 
-def _unescaped(text: str) -> str:
-    """`text` with JSON's escapes replaced by what they stand for."""
-    if "\\" not in text:
-        return text
-    return _JSON_ESCAPE.sub(
-        lambda m: chr(int(m[1], 16)) if m[1] else _ESCAPED.get(m[2], m[2]), text
-    )
+def _json_forms(secret: str) -> str:
+    """A regular expression for `secret` in a JSON string: each character as itself, as its
+    \\u escape (a surrogate pair's two past U+FFFF; hex digits in either case) or its short
+    escape (\\n, \\/)."""
+    characters = []
+    for character in secret:
+        units = character.encode("utf-16-be").hex()
+        escape = "".join(
+            r"\\u" + "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in units[i : i + 4])
+            for i in range(0, len(units), 4)
+        )
+        forms = [re.escape(character), escape]
+        if character in _SHORT_ESCAPES:
+            forms.append(re.escape("\\" + _SHORT_ESCAPES[character]))
+        characters.append(f"(?:{'|'.join(forms)})")
+    return "".join(characters)

@@ -446,6 +446,39 @@ async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redact
     assert long_one["bodyTruncated"] is True
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        # JSON-escaped across the cut: it takes six bytes a character, past the room kept.
+        '{"name":"' + "n" * (4066 - 9) + "".join(f"\\u{ord(c):04x}" for c in KEY) + '"}',
+        # Many keys before the cut, each redacted shorter, then one cut off where the kept
+        # bytes end: the redacted text was shorter than the limit, and gave that piece out.
+        '{"name":"' + KEY * (4200 // len(KEY)) + '"}',
+        # A key with a character past U+FFFF, as a surrogate pair's escapes, across the cut.
+        '{"name":"' + "n" * (4082 - 9) + "\\u0041\\u0062\\ud83d\\uDE00" + '"}',
+    ],
+    ids=["escaped", "shortened", "surrogates"],
+)
+def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
+    """Every key is redacted whole or not given out at all, however the body's 4096-byte cut
+    falls on it: escaped, after keys that redaction shortened, or as a surrogate pair."""
+    secrets = (KEY, "Ab\U0001f600")
+    journal_ = Journal(10, secrets)
+    scope = {"path": "/v1/pets", "method": "POST", "query_string": b"", "headers": []}
+    journal_.record({**scope, BODY: [body.encode()]}, 0, 1000, 201, b"id-1")
+    (entry,) = journal_.entries()
+    assert entry.bodyTruncated is True
+    assert isinstance(entry.body, str)
+    assert len(entry.body.encode()) <= 4096
+    given = entry.body.rpartition("[redacted]")[2]  # past the last mark: what could hold a piece
+    complete = re.sub(r"\\u[0-9a-fA-F]{0,3}$|\\$", "", given)  # an escape cut off: dropped
+    unescaped = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m[1], 16)), complete)
+    unescaped = unescaped.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    for secret in secrets:
+        for size in range(2, len(secret) + 1):
+            assert not unescaped.endswith(secret[:size]), (secret[:size], given[-80:])
+
+
 async def test_journal_memory_is_bounded() -> None:
     """1,000 entries with 4 KiB bodies (and scopes as uvicorn makes them) take a few
     megabytes, and the ring never holds more than its size."""
