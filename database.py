@@ -18,7 +18,15 @@ import msgspec
 from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
 from redaction import redact
 from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder, stored_pet
-from store import IDS_EXHAUSTED, Added, Page, ResetUnavailable, StorageUnavailable
+from store import (
+    IDS_EXHAUSTED,
+    MAYBE,
+    MAYBE_KEYLESS,
+    Added,
+    Page,
+    ResetUnavailable,
+    StorageUnavailable,
+)
 from tables import (
     COUNT,
     CREATE,
@@ -41,12 +49,6 @@ logger = logging.getLogger("petstore.store")
 
 CONNECT_SECONDS: Final = 5.0
 CLOSE_SECONDS: Final = 1.0  # the pool's goodbyes at shutdown, at most
-# What a create whose commit went unanswered is told, with its Idempotency-Key or without one.
-MAYBE: Final = "this create may have been stored: retry it with its Idempotency-Key"
-MAYBE_KEYLESS: Final = (
-    "this create may have been stored: look for it before sending it again (a create sent with"
-    " an Idempotency-Key is retried safely)"
-)
 _NOT_READY: Final = "The database is unavailable: not ready yet"
 POOL_SIZE: Final = 8
 PROBE_SECONDS: Final = 1.0  # how often readiness and the pet count are checked

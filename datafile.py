@@ -13,13 +13,16 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from idempotency import IdempotencyKeys
 from metrics import Histogram
-from records import DataFileError, KeyedRecord, parse_records, split_torn_tail
+from records import WRITE_MAX, DataFileError, KeyedRecord, parse_records, split_torn_tail
 from schemas import INT64_MAX, NewPet, Pet, SeedPet, encoder, stored_pet
 from store import (
     IDS_EXHAUSTED,
+    MAYBE,
+    MAYBE_KEYLESS,
     Added,
     IndexedReads,
     PetIndex,
@@ -42,6 +45,18 @@ def _write_all(fd: int, data: bytes, offset: int) -> None:
         offset += written
 
 
+def _commit_end(sizes: Sequence[int], start: int = 0) -> int:
+    """Where the write of the lines of these sizes from `start` ends (one line at least): it
+    takes as many as fit in WRITE_MAX bytes, so that a power cut mid-write tears off no more
+    than that (records.split_torn_tail)."""
+    total = 0
+    for end in range(start, len(sizes)):
+        total += sizes[end]
+        if total > WRITE_MAX and end > start:
+            return end
+    return len(sizes)
+
+
 def _fsync_directory(path: str) -> None:
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -57,6 +72,14 @@ def _writable_by_the_group_if_its_directory_is(fd: int, path: str) -> None:
     mode = os.stat(os.path.dirname(os.path.abspath(path))).st_mode
     if mode & stat.S_ISGID and mode & stat.S_IWGRP and not mode & stat.S_IWOTH:
         os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRGRP | stat.S_IWGRP)
+
+
+class _Failed(NamedTuple):
+    """Why a group commit's creates are refused; `maybe_stored`: its lines could not be cut
+    off the file after a failed write or fsync, and may load at the next start."""
+
+    reason: str
+    maybe_stored: bool = False
 
 
 @dataclass(slots=True)
@@ -158,15 +181,21 @@ class FileStore(IndexedReads):
         return True
 
     def _commit_now(self, pets: list[Pet]) -> None:
-        """Write and fsync before serving (caller holds the lock)."""
-        data = b"".join(encoder.encode(pet) + b"\n" for pet in pets)
+        """Write and fsync before serving (caller holds the lock), WRITE_MAX bytes at a time."""
+        lines = [encoder.encode(pet) + b"\n" for pet in pets]
+        sizes = list(map(len, lines))
+        size, start = self._size, 0
         try:
-            _write_all(self._fd, data, self._size)
-            os.fdatasync(self._fd)
+            while start < len(lines):
+                end = _commit_end(sizes, start)
+                data = b"".join(lines[start:end])
+                _write_all(self._fd, data, size)
+                os.fdatasync(self._fd)
+                size, start = size + len(data), end
         except OSError as error:
             os.ftruncate(self._fd, self._size)
             raise DataFileError(f"{self.path}: cannot write: {error.strerror}") from None
-        self._size += len(data)
+        self._size = size
         for pet in pets:
             self._index.append(pet)
 
@@ -223,33 +252,35 @@ class FileStore(IndexedReads):
                     self._wakeup.wait()
                 if not self._pending:
                     return
-                batch, self._pending = self._pending, []
+                end = _commit_end([len(write.line) for write in self._pending])
+                batch, self._pending = self._pending[:end], self._pending[end:]
                 failure = self._failure
-            if failure is None:
-                failure = self._append(b"".join(write.line for write in batch))
+            failed = _Failed(failure) if failure is not None else None
+            if failed is None:
+                failed = self._append(b"".join(write.line for write in batch))
             with self._lock:
                 for write in batch:
-                    if failure is None:
+                    if failed is None:
                         self._index.append(write.pet)
                     if write.key is not None:  # remembered with its pet, or free again
-                        if failure is None:
+                        if failed is None:
                             self._keys.remember(write.key, write.pet, write.made_at)
                         else:
                             self._keys.release(write.key)
-            self._settle(batch, failure)
+            self._settle(batch, failed)
 
-    def _append(self, data: bytes) -> str | None:
+    def _append(self, data: bytes) -> _Failed | None:
         """Write and fsync `data`; on failure cut it off again and say what went wrong."""
         # Nothing is written to a file changed since the last commit (one cut stays loadable).
         if (changed := self._changed(self._size)) is not None:
-            return self._fail(changed)
+            return _Failed(self._fail(changed))
         try:
             _write_all(self._fd, data, self._size)
         except OSError as error:
             self.write_errors += 1
-            self._cut_back()
             logger.error("%s: write failed: %s", self.path, error)
-            return f"The data file can't be written: {error.strerror}"
+            reason = f"The data file can't be written: {error.strerror}"
+            return _Failed(reason, maybe_stored=not self._cut_back())
         try:
             self._fdatasync()  # an append's new size is flushed with the data
         except OSError as error:
@@ -257,12 +288,12 @@ class FileStore(IndexedReads):
             # After a failed fsync the kernel may have dropped the dirty pages and cleared the
             # error: nothing written since can be trusted, so creates stop until a restart.
             self._fail(f"fsync failed: {error.strerror}")
-            self._cut_back()
-            return f"The data file can't be made durable: {error.strerror}"
+            reason = f"The data file can't be made durable: {error.strerror}"
+            return _Failed(reason, maybe_stored=not self._cut_back())
         # Moved away while we wrote: our lines are not at the path, and are cut off again.
         if (changed := self._changed()) is not None:
             self._cut_back()
-            return self._fail(changed)
+            return _Failed(self._fail(changed))
         self._size += len(data)
         return None
 
@@ -294,12 +325,16 @@ class FileStore(IndexedReads):
         finally:
             self.sync_durations.observe(time.perf_counter() - started)
 
-    def _cut_back(self) -> None:
+    def _cut_back(self) -> bool:
+        """Cut what the last commit wrote off the file again, durably; whether that was done
+        (if not, its lines may load at the next start: creates stop)."""
         try:
             os.ftruncate(self._fd, self._size)
             os.fsync(self._fd)
         except OSError as error:
             self._fail(f"cannot cut a failed write off: {error.strerror}")
+            return False
+        return True
 
     def _fail(self, reason: str) -> str:
         """Stop creates until a restart, for this reason; what the creates refused are told."""
@@ -310,15 +345,18 @@ class FileStore(IndexedReads):
         return self._failure
 
     @staticmethod
-    def _settle(batch: list[_Write], failure: str | None) -> None:
+    def _settle(batch: list[_Write], failed: _Failed | None) -> None:
         def settle() -> None:
             for write in batch:
                 if write.done.done():  # the client went away; the pet is stored all the same
                     continue
-                if failure is None:
+                if failed is None:
                     write.done.set_result(write.pet)
+                elif failed.maybe_stored:
+                    maybe = MAYBE if write.key is not None else MAYBE_KEYLESS
+                    write.done.set_exception(StorageUnavailable(f"{failed.reason}; {maybe}"))
                 else:
-                    write.done.set_exception(StorageUnavailable(failure))
+                    write.done.set_exception(StorageUnavailable(failed.reason))
 
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             batch[0].done.get_loop().call_soon_threadsafe(settle)

@@ -15,28 +15,35 @@ class DataFileError(Exception):
     """The data file can't be used; the text names the file (and the line) and says why."""
 
 
+# The most one commit writes (datafile.FileStore takes the creates queued that fit, one at
+# least): a power cut tears no more than that off the file's end, or one longer line.
+WRITE_MAX: Final = 1 << 20
+_BLOCK: Final = 4096  # the filesystem's block, as the page cache writes it back
+
+
 def split_torn_tail(data: bytes) -> int:
     """Where the whole records end. A crash mid-append leaves a line without its newline, or
     zeros where the filesystem grew the file before the data landed; both are dropped.
 
     The zeros may be followed by whole lines: a group commit's write spans blocks, and after a
     power cut one block may have landed and the one before it not. So zeros that run to a
-    block's end (or the file's) start the torn tail, whatever follows them: no fdatasync
+    block's end (or the file's) start the torn tail, whatever follows them, if they are within
+    the last write's reach of the end (WRITE_MAX, or the one line they are in): no fdatasync
     completed after that write (it would have written them), so none of it was acknowledged.
-    Zeros ending elsewhere are damage, as any other (msgspec writes NUL as \\u0000)."""
+    Zeros further back (a block zeroed by a disk, or by a repair) and zeros ending elsewhere
+    are damage, as any other: lines acknowledged long after them follow (msgspec writes NUL
+    as \\u0000)."""
     end = data.rfind(b"\n") + 1
     last_line_start = data.rfind(b"\n", 0, end - 1) + 1
     zero = data.find(b"\0")
     if zero >= 0 and zero < last_line_start:
         after = len(data) - len(data[zero:].lstrip(b"\0"))  # where the zeros end
-        if after == len(data) or after % _BLOCK == 0:
+        reach = len(data) - zero <= WRITE_MAX or b"\n" not in data[zero:-1]
+        if reach and (after == len(data) or after % _BLOCK == 0):
             return data.rfind(b"\n", 0, zero) + 1
     if end and b"\0" in data[last_line_start:end]:
         return last_line_start
     return end
-
-
-_BLOCK = 4096  # the filesystem's block, as the page cache writes it back
 
 
 _CHUNK = 1 << 20  # bytes of records decoded at a time: a million lines never sit in memory
@@ -81,6 +88,8 @@ def _why_not(line: bytes, error: msgspec.DecodeError | UnicodeDecodeError) -> st
         return "the line is empty"
     if isinstance(error, UnicodeDecodeError):
         return "invalid UTF-8"
+    if b"\0" in line:  # msgspec says "invalid character (byte 0)"
+        return "it holds NUL bytes (zeroed on disk?) with lines after it: not a crash's torn end"
     return in_json_words(str(error))
 
 

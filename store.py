@@ -15,7 +15,18 @@ from schemas import INT64_MAX, NewPet, Pet, PetStatus, SeedPet, stored_pet
 
 
 class StorageUnavailable(Exception):
-    """The store can't take this write; nothing was stored and the id is not reused."""
+    """The store can't take this write; the id is not reused. Nothing was stored, unless the
+    message says it may have been (MAYBE, MAYBE_KEYLESS)."""
+
+
+# What a create is told whose write may have landed all the same (a commit that went
+# unanswered, a failed fsync whose lines could not be cut off), with its Idempotency-Key or
+# without one.
+MAYBE: Final = "this create may have been stored: retry it with its Idempotency-Key"
+MAYBE_KEYLESS: Final = (
+    "this create may have been stored: look for it before sending it again (a create sent with"
+    " an Idempotency-Key is retried safely)"
+)
 
 
 # What a create past the last id answers (a 503): ids are positive int64s, and one past it

@@ -24,7 +24,7 @@ import pytest
 from app import create_app
 from datafile import FileStore
 from records import DataFileError
-from schemas import NewPet, Pet, encoder, seed_decoder
+from schemas import CategoryId, NewPet, Pet, encoder, seed_decoder
 from settings import Settings
 from store import Added, seed_pets
 from tests.conftest import AUTH, KEY, ServerFactory, assert_error
@@ -263,6 +263,13 @@ TORN_TAILS = [
         b"\0" * (4096 - len(RECORDS)) + TORN_LINE[7:] + line({"id": 4, **WILMA}),
         id="NULs to a block's end, then the lines of the next block",
     ),
+    # The same in one line longer than a commit's WRITE_MAX (a name under a larger --max-body):
+    # it was written alone, and its zeros may be any distance from the end.
+    pytest.param(
+        RECORDS,
+        b"\0" * (4096 - len(RECORDS)) + b"x" * (1 << 21) + b'","categoryId":1}\n',
+        id="NULs to a block's end in one line longer than a commit's most",
+    ),
 ]
 
 
@@ -296,6 +303,13 @@ async def test_torn_tail_is_dropped_with_a_warning(
 
 
 LINE_3 = line({"id": 3, "name": "Ann", "categoryId": 3})
+# More lines than one commit writes (records.WRITE_MAX, a MiB).
+MANY = b"".join(
+    line({"id": n, "name": f"pet number {n}", "categoryId": 1}) for n in range(1, 30_000)
+)
+NUL_LINE = (
+    "not a Pet: it holds NUL bytes (zeroed on disk?) with lines after it: not a crash's torn end"
+)
 DAMAGE = [
     pytest.param(
         line(REX) + b'{"id":2,"name":"Tom"\n' + LINE_3,
@@ -422,8 +436,14 @@ DAMAGE = [
     pytest.param(  # no unwritten block: zeros that end before a block's end, lines after them
         line(REX) + b"\0" * 10 + b"\n" + LINE_3,
         2,
-        "not a Pet: JSON is malformed: invalid character (byte 0)",
+        NUL_LINE,
         id="NULs mid-file, not to a block's end",
+    ),
+    pytest.param(  # a block zeroed by a disk or a repair, more than one write from the end
+        MANY[:4096] + bytes(4096) + MANY[8192:],
+        MANY[:4096].count(b"\n") + 1,
+        NUL_LINE,
+        id="a zeroed block further back than a write reaches",
     ),
 ]
 
@@ -604,6 +624,100 @@ async def test_failed_fdatasync_stops_creates_until_a_restart(
     async with serving(FileStore(str(path))) as http:
         created = await http.post("/v1/pets", json=WILMA)
     assert (created.status_code, created.json()) == (201, {"id": 3, **WILMA})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("key", [None, "order-7"], ids=["keyless", "keyed"])
+@pytest.mark.parametrize("failing", ["fdatasync", "pwrite"])
+async def test_a_failed_commit_left_in_the_file_says_it_may_have_been_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str | None, failing: str
+) -> None:
+    """A write or fsync that fails, and the cut of its lines that fails too (a filesystem gone
+    read-only, a dead disk): the lines may load at the next start, so the 503 says the create
+    may have been stored, and how to retry it (probe 17: a keyless retry made a second pet, a
+    keyed one a 201 for a create it was told had failed). After the restart the pet is there,
+    and a keyed retry is its replay."""
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(RECORDS)
+    real_pwrite = os.pwrite
+
+    def whole_then_eio(fd: int, data: bytes, offset: int) -> int:
+        real_pwrite(fd, data, offset)
+        raise os_error(errno.EIO)
+
+    def broken(*args: object) -> None:
+        raise os_error(errno.EIO)
+
+    headers = {} if key is None else {"Idempotency-Key": key}
+    async with serving(FileStore(str(path))) as http:
+        with monkeypatch.context() as patch:
+            if failing == "fdatasync":
+                patch.setattr("datafile.os.fdatasync", broken)
+            else:
+                patch.setattr("datafile.os.pwrite", whole_then_eio)
+            patch.setattr("datafile.os.ftruncate", broken)
+            failed = await http.post("/v1/pets", json=WILMA, headers=headers)
+    reason = {"fdatasync": "can't be made durable", "pwrite": "can't be written"}[failing]
+    maybe = (
+        "this create may have been stored: retry it with its Idempotency-Key"
+        if key
+        else "this create may have been stored: look for it before sending it again (a create"
+        " sent with an Idempotency-Key is retried safely)"
+    )
+    assert (failed.status_code, failed.json()) == (
+        503,
+        storage_unavailable(f"The data file {reason}: Input/output error; {maybe}"),
+    )
+    wilma = {"id": 3, **WILMA}
+    async with serving(FileStore(str(path))) as http:
+        listed = await http.get("/v1/pets")
+        retried = await http.post("/v1/pets", json=WILMA, headers=headers)
+    assert listed.json() == [REX, TOM, wilma]
+    if key is not None:
+        assert (retried.status_code, retried.json()) == (201, wilma)
+        assert retried.headers["idempotent-replayed"] == "true"
+
+
+@pytest.mark.anyio
+async def test_a_commit_writes_a_mib_at_most_or_one_longer_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The creates queued for the writer are written a MiB at a time (a longer line alone), so
+    that a power cut tears no more than that off the end: zeros further back are damage
+    (records.split_torn_tail), not a torn tail whose lines were never acknowledged."""
+    path = tmp_path / "pets.jsonl"
+    written: list[int] = []
+    real_pwrite = os.pwrite
+
+    def counted(fd: int, data: bytes, offset: int) -> int:
+        written.append(len(data))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr("datafile.os.pwrite", counted)
+    file_store = FileStore(str(path))
+    names = ["a" * 400_000, "b" * 400_000, "c" * 400_000, "d" * 1_500_000, "e"]
+    adds = [
+        asyncio.create_task(file_store.add(NewPet(name=name, categoryId=CategoryId(1))))
+        for name in names
+    ]
+    await asyncio.sleep(0)  # each task runs to its wait for the writer, which is not started
+    assert len(file_store._pending) == len(names)
+    await file_store.open()
+    added = await asyncio.gather(*adds)
+    await file_store.close()
+    lines = [len(line({"id": n, "name": name, "categoryId": 1})) for n, name in enumerate(names, 1)]
+    assert written == [lines[0] + lines[1], lines[2], lines[3], lines[4]]
+    assert [result.pet.id for result in added] == [1, 2, 3, 4, 5]
+    assert path.stat().st_size == sum(lines)
+    # A seed is written so too, before serving.
+    seeded = tmp_path / "seeded.jsonl"
+    written.clear()
+    seed = seed_decoder.decode(json.dumps([{"name": name, "categoryId": 1} for name in names]))
+    seeded_store = FileStore(str(seeded))
+    assert seeded_store.seed(seed)
+    await seeded_store.close()
+    assert written == [lines[0] + lines[1], lines[2], lines[3], lines[4]]
+    assert seeded.read_bytes() == path.read_bytes()
 
 
 def _delete(path: Path) -> None:
