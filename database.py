@@ -112,7 +112,9 @@ class DatabaseStore:
         # a setting the server doesn't know) is a bad setting: one line, exit 2. The driver's
         # ClientConfigurationError is an InterfaceError too, which UNAVAILABLE holds: first.
         try:
-            connection = await asyncpg.connect(self.url, timeout=CONNECT_SECONDS)
+            connection = await asyncpg.connect(
+                self.url, timeout=CONNECT_SECONDS, command_timeout=STATEMENT_SECONDS
+            )
         except (ValueError, asyncpg.ClientConfigurationError) as error:
             raise DatabaseError(f"database {self.where}: {self._reason(error)}") from None
         except UNAVAILABLE as error:
@@ -163,8 +165,8 @@ class DatabaseStore:
     async def close(self) -> None:
         """Commit what is queued (each statement cut off after its 10 s), then let go of the
         pool: at once over a database known to be away, whose connections would not say
-        goodbye, else within CLOSE_SECONDS. The probe is not waited for: its look may wait out
-        a statement's 10 s for nothing."""
+        goodbye, else within CLOSE_SECONDS. The probe is cancelled, not waited out (its look
+        may take a statement's 10 s for nothing): its connection is closed at once."""
         self._closing = True
         self._wake_writer.set()
         tasks = [task for task in (self._writer, self._probe) if task is not None]
@@ -329,7 +331,11 @@ class DatabaseStore:
             try:
                 if not self._prepared:
                     async with self._pool.acquire() as connection:
-                        await self._prepare(connection)
+                        try:
+                            await self._prepare(connection)
+                        except (TimeoutError, asyncio.CancelledError):  # as tables.answered
+                            connection.terminate()
+                            raise
                 self._count = await answered(self._pool, "fetchval", COUNT)
             except DatabaseError as error:
                 logger.error("%s", error)

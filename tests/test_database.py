@@ -28,6 +28,7 @@ from opening import open_store
 from schemas import CategoryId, NewPet
 from settings import Settings, SettingsError, describe, load_settings
 from store import StorageUnavailable
+from tables import _SCHEMA_LOCK
 from tests.conftest import (
     AUTH,
     KEY,
@@ -685,6 +686,27 @@ def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_ans
         " look for its result before sending it again"
     )
     assert stopped.process.wait(30) == 0
+
+
+async def test_a_start_whose_statements_go_unanswered_gives_up_and_serves(
+    url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start's connection made and its statements left unanswered (here by the schema's
+    lock, held by another session; a partition after the handshake, a stuck migration): the
+    start gives up after a statement's timeout and serves, readyz 503 until the database
+    answers. It waited for good, before listening, a SIGTERM only noted (review 18)."""
+    monkeypatch.setattr("database.STATEMENT_SECONDS", 0.5)
+    locker = await asyncpg.connect(url)
+    try:
+        async with locker.transaction():
+            await locker.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+            settings = Settings(api_keys=(KEY,), database=url)
+            store = await asyncio.wait_for(asyncio.to_thread(open_store, settings), 10)
+    finally:
+        await locker.close()
+    assert isinstance(store, DatabaseStore)
+    assert store.unwritable == "The database is unavailable: no answer in time"
+    assert "unavailable (no answer in time); waiting for it" in caplog.text
 
 
 async def test_closing_does_not_wait_for_the_probe_s_statement(url: str) -> None:
