@@ -30,13 +30,13 @@ class Settings:
     port: int = 8000
     data: str | None = None
     seed: str | None = None
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)  # secrets, as below
     max_body: int = 1024 * 1024
     root_path: str = ""
     log_level: str = "info"
     client_timeout: float = 10.0
     cors_origins: tuple[str, ...] = ()
-    admin_keys: tuple[str, ...] = ()  # none: no test-control plane
+    admin_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)  # none: no plane
     journal_size: int = 1000
     log_format: str = "text"  # or "json": one JSON object a line
     metrics: bool = True  # GET /metrics, and the counting behind it

@@ -607,6 +607,19 @@ def test_the_database_password_is_found_where_the_driver_finds_it(url: str, writ
     assert {decoded, written} <= set(settings.secrets)
 
 
+def test_the_settings_written_out_hold_no_secret() -> None:
+    """repr(settings) (a traceback's locals, a debugger, a test's assertion) writes no key of
+    either kind and no part of the database's URL."""
+    settings = load_settings(
+        ["--api-key", "api-key-0123456789", "--admin-key", "admin-key-0123456789"],
+        {"PETSTORE_DATABASE": "postgresql://u:pw-0123456789@db/pets", "PGPASSWORD": "pg-012345"},
+    )
+    written = repr(settings)
+    assert "journal_size=1000" in written
+    for secret in ("api-key-0123456789", "admin-key-0123456789", "pw-0123456789", "pg-012345"):
+        assert secret not in written
+
+
 def test_the_log_levels_are_uvicorn_s() -> None:
     """settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps
     them through uvicorn's table."""
