@@ -255,19 +255,33 @@ class FileStore(IndexedReads):
                 end = _commit_end([len(write.line) for write in self._pending])
                 batch, self._pending = self._pending[:end], self._pending[end:]
                 failure = self._failure
-            failed = _Failed(failure) if failure is not None else None
-            if failed is None:
-                failed = self._append(b"".join(write.line for write in batch))
-            with self._lock:
-                for write in batch:
-                    if failed is None:
-                        self._index.append(write.pet)
-                    if write.key is not None:  # remembered with its pet, or free again
-                        if failed is None:
-                            self._keys.remember(write.key, write.pet, write.made_at)
-                        else:
+            try:
+                failed = self._commit(batch, failure)
+            except Exception:  # a bug: said, and creates stop (the lines may be in the file)
+                logger.exception("%s: the writer failed", self.path)
+                failed = _Failed(self._fail("the writer failed"), maybe_stored=True)
+                with self._lock:
+                    for write in batch:
+                        if write.key is not None:
                             self._keys.release(write.key)
             self._settle(batch, failed)
+
+    def _commit(self, batch: list[_Write], failure: str | None) -> _Failed | None:
+        """Append the batch's lines (unless creates have stopped for `failure`), then show its
+        pets and remember their keys, or free the keys again; why it failed, if it did."""
+        failed = _Failed(failure) if failure is not None else None
+        if failed is None:
+            failed = self._append(b"".join(write.line for write in batch))
+        with self._lock:
+            for write in batch:
+                if failed is None:
+                    self._index.append(write.pet)
+                if write.key is not None:  # remembered with its pet, or free again
+                    if failed is None:
+                        self._keys.remember(write.key, write.pet, write.made_at)
+                    else:
+                        self._keys.release(write.key)
+        return failed
 
     def _append(self, data: bytes) -> _Failed | None:
         """Write and fsync `data`; on failure cut it off again and say what went wrong."""

@@ -77,12 +77,11 @@ class IdempotencyKeys:
         """The key's create failed: it is free to be used again."""
         self._in_flight.discard(key)
 
-    def remember(self, key: str, pet: Pet, made_at: int | None = None) -> bool:
-        """The key's create succeeded (or was loaded, with the second it was made); False if
-        the key was remembered already (then nothing changes: at load, that is damage)."""
+    def remember(self, key: str, pet: Pet, made_at: int | None = None) -> None:
+        """The key's create succeeded (`replay` or `claim` found the key new): its pet is
+        remembered. `made_at`: the second its data-file line records, else now."""
         self._in_flight.discard(key)
-        if self._pets.setdefault(key, pet) is not pet:
-            return False  # (never at run time: `claim` came first)
+        self._pets[key] = pet
         now = self.clock()
         second = int(now) if made_at is None else made_at
         self._order.append(key)
@@ -92,7 +91,6 @@ class IdempotencyKeys:
             self._seconds.append([second, 1])
         if len(self._pets) > RETAIN_KEYS and self._seconds[0][0] < now - RETAIN_SECONDS:
             self._forget_old(now - RETAIN_SECONDS)
-        return True
 
     def load(self, keyed: Sequence[tuple[str, Pet, int]]) -> int | None:
         """Remember the keys read from a data file (key, pet, second made), in the file's order,

@@ -720,6 +720,38 @@ async def test_a_commit_writes_a_mib_at_most_or_one_longer_line(
     assert seeded.read_bytes() == path.read_bytes()
 
 
+@pytest.mark.anyio
+async def test_a_bug_in_the_writer_stops_creates_and_answers_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception the writer thread did not expect (a bug) is logged with its traceback, its
+    creates answered 503 (they may have been stored) and later ones refused, /readyz 503: the
+    thread died, and every create waited for ever with /readyz 200 (review 18)."""
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(RECORDS)
+
+    def a_bug(self: FileStore, size: int | None = None) -> str | None:
+        raise RuntimeError("a bug")
+
+    async with serving(FileStore(str(path))) as http:
+        with monkeypatch.context() as patch:
+            patch.setattr(FileStore, "_changed", a_bug)
+            failed = await asyncio.wait_for(http.post("/v1/pets", json=WILMA), 5)
+        later = await asyncio.wait_for(http.post("/v1/pets", json=WILMA), 5)
+        ready = await http.get("/readyz")
+    stopped = "The store takes no writes: the writer failed; creates stop until a restart"
+    maybe = (
+        "this create may have been stored: look for it before sending it again (a create sent"
+        " with an Idempotency-Key is retried safely)"
+    )
+    assert (failed.status_code, failed.json()) == (503, storage_unavailable(f"{stopped}; {maybe}"))
+    assert (later.status_code, later.json()) == (503, storage_unavailable(stopped))
+    assert ready.status_code == 503
+    assert any(
+        "the writer failed" in record.getMessage() and record.exc_info for record in caplog.records
+    )
+
+
 def _delete(path: Path) -> None:
     path.unlink()
 
