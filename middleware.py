@@ -21,7 +21,8 @@ class RootPath:
     """Serve behind a proxy that strips a prefix: the prefix goes into every link we write.
 
     uvicorn's own --root-path does the same; this one reads PETSTORE_ROOT_PATH / --root-path and
-    stays out of the way when the server already set one.
+    stays out of the way when the server already set one. The server's scope is changed, not
+    copied (it is the request's own): head.QuickHead reads the request id AccessLog puts in it.
     """
 
     def __init__(self, app: ASGIApp, root_path: str) -> None:
@@ -30,7 +31,7 @@ class RootPath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and not scope.get("root_path"):
-            scope = {**scope, "root_path": self.root_path, "path": self.root_path + scope["path"]}
+            scope["root_path"], scope["path"] = self.root_path, self.root_path + scope["path"]
         await self.app(scope, receive, send)
 
 

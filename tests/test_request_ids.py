@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import httpx
 import pytest
+from starlette.types import Message
 
+from app import create_app
+from routing import REQUEST_ID_HEADER
 from settings import Settings
 from store import MemoryStore
 from tests.conftest import AUTH, KEY, ServerFactory
@@ -157,3 +161,32 @@ async def test_whitespace_after_an_id_is_not_part_of_it(
     """Whitespace around a field's value is not part of it (RFC 9110, 5.5): the id is kept."""
     response = await client.get("/v1/pets", headers={b"X-Request-Id": sent})
     assert response.headers["x-request-id"] == "mine-2"
+
+
+async def test_under_a_root_path_the_server_s_scope_carries_the_request_id() -> None:
+    """With --root-path, the scope the server made, which head.QuickHead reads for its answers'
+    id, carries the id AccessLog took: RootPath gave the layers under it a copy, so that every
+    answer's id went through uvicorn's checks of a header, and a 500 of QuickHead's had none."""
+    app = create_app(Settings(api_keys=(KEY,), root_path="/api"), MemoryStore(), access_log=None)
+    scope: dict[str, Any] = {
+        "type": "http",
+        "method": "GET",
+        "path": "/healthz",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"x-request-id", b"mine-1")],
+    }
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 200
+    assert (scope["path"], scope[REQUEST_ID_HEADER]) == (
+        "/api/healthz",
+        (b"x-request-id", b"mine-1"),
+    )
