@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -106,8 +107,12 @@ class Faults:
 
     @staticmethod
     async def _apply(fault: Fault, scope: Scope, receive: Receive) -> Interception:
-        if fault.delay_ms:
-            await asyncio.sleep(fault.delay_ms / 1000)  # the loop serves others meanwhile
+        if fault.delay_ms:  # the loop serves others meanwhile
+            deadline = time.perf_counter() + fault.delay_ms / 1000
+            # uvloop's timers count whole milliseconds from a clock read before: a wait may
+            # end a millisecond early, and the journal said 99.6 ms for a delay of 100.
+            while (left := deadline - time.perf_counter()) > 0:  # noqa: ASYNC110 - a time
+                await asyncio.sleep(left)
         if fault.drop:
             await _drop(scope, receive)
             return Interception(_Unanswered())
@@ -186,8 +191,10 @@ class _Unanswered(Response):
 
 
 async def _drop(scope: Scope, receive: Receive) -> None:
-    """Close the connection without an answer, then wait until the server has seen it go, so
-    that it does not answer a 500 of its own for a request the app left unanswered."""
+    """Close the connection without an answer (lingering: what the client still sends is read
+    and dropped, so that it sees the end of our side, never a reset), then wait until the
+    server has seen it go, so that it does not answer a 500 of its own for a request the app
+    left unanswered."""
     scope["extensions"][CLOSE_EXTENSION]["close"]()
     while (await receive())["type"] != "http.disconnect":
         pass

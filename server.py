@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import socket
@@ -77,9 +78,11 @@ class StallGuard(HttpToolsProtocol):
     # uvicorn annotates it asyncio.Transport, asyncio.Protocol a BaseTransport: mypy's override.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        # Made once a connection; each request's scope shares it.
+        # Made once a connection; each request's scope shares it. A drop closes lingering: a
+        # body the client still sends would be answered by a reset, which reached it before
+        # the end of our side, now and then (one of three drops of a create, probe 16).
         self._extensions: dict[str, dict[object, object]] = {
-            CLOSE_EXTENSION: {"close": transport.close}
+            CLOSE_EXTENSION: {"close": functools.partial(close_lingering, transport)}
         }
         self._began = self._progress = self.loop.time()
         self._timer = self.loop.call_at(self._began + self.client_timeout, self._check)
