@@ -60,7 +60,10 @@ def query(query_string: bytes, names: frozenset[str]) -> dict[str, str]:
     return params
 
 
-_QUOTED_PAIR: Final = re.compile(rb"\\(.)", re.DOTALL)  # RFC 9110 5.6.4
+# A quoted string of visible characters (RFC 9110 5.6.4), a quote or a backslash inside written
+# as a quoted-pair, which stands for its character.
+_QUOTED_KEY: Final = re.compile(rb'"(?:[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e])+"')
+_QUOTED_PAIR: Final = re.compile(rb"\\(.)", re.DOTALL)
 _LIST_PARAMETERS: Final = frozenset({"limit", "status", "after"})
 
 
@@ -90,7 +93,8 @@ def list_query(query_string: bytes) -> tuple[int, PetStatus | None, int]:
 def idempotency_key(scope: Scope) -> str | None:
     """The request's Idempotency-Key, bare or as a quoted string (`"abc"` is `abc`, `"a\\"b"` is
     `a"b`), whitespace after it left out; None without one; a 400 for anything but 1 to 255
-    visible ASCII characters, or two of them."""
+    visible ASCII characters, or two of them. A bare key can't begin or end with a quote: `"abc`
+    and `abc"` are quoting gone wrong (a proxy's, a client's), and each was taken as a new key."""
     found: bytes | None = None
     for name, value in scope["headers"]:
         if name == b"idempotency-key":
@@ -100,8 +104,14 @@ def idempotency_key(scope: Scope) -> str | None:
     if found is None:
         return None
     found = found.rstrip(b" \t")  # whitespace after a value is not part of it (RFC 9110 5.5)
-    if len(found) >= 2 and found[0] == found[-1] == 0x22:  # a quoted string: "abc" is abc
-        found = found[1:-1]
+    if found.startswith(b'"') or found.endswith(b'"'):
+        if not _QUOTED_KEY.fullmatch(found):
+            raise invalid(
+                "Idempotency-Key is neither bare nor a quoted string: a quoted one begins and"
+                " ends with its quotes, a quote inside written \\\", and a bare one can't begin"
+                " or end with a quote"
+            )
+        found = found[1:-1]  # "abc" is abc
         if b"\\" in found:  # a quoted-pair stands for its character: "a\"b" is a"b
             found = _QUOTED_PAIR.sub(rb"\1", found)
     key = found.decode("latin-1")

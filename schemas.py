@@ -49,9 +49,11 @@ def is_idempotency_key(text: str) -> bool:
     )
 
 
-# The header's value: the key bare, or quoted with quoted-pairs (`"a\\"b"` is `a"b`); not `""`.
+# The header's value: the key bare (not beginning or ending with a quote), or quoted with
+# quoted-pairs (`"a\\"b"` is `a"b`).
 IDEMPOTENCY_HEADER_PATTERN: Final = (
-    r'^(?!""$)(?:[\x21-\x7e]{1,255}|"(?:[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e]){1,255}")$'
+    r"^(?:[\x21\x23-\x7e](?:[\x21-\x7e]{0,253}[\x21\x23-\x7e])?"
+    r'|"(?:[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e]){1,255}")$'
 )
 
 

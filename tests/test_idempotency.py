@@ -7,6 +7,7 @@ import asyncio
 import errno
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import pytest
 from datafile import FileStore
 from idempotency import RETAIN_KEYS, RETAIN_SECONDS, IdempotencyKeys
 from records import DataFileError
-from schemas import CategoryId, NewPet, Pet
+from schemas import IDEMPOTENCY_HEADER_PATTERN, CategoryId, NewPet, Pet
 from settings import Settings
 from tests.conftest import AUTH, KEY, ServerFactory, assert_error
 from tests.test_control_plane import ADMIN, plane_app, running
@@ -138,10 +139,18 @@ async def test_forms_of_one_key_are_the_same_key(bare: str, other: str) -> None:
         pytest.param("has space", id="space"),
         pytest.param("tab\there", id="tab"),
         pytest.param("caf\xe9", id="not-ascii"),
+        pytest.param('"abc', id="quote-unended"),
+        pytest.param('abc"', id="quote-unbegun"),
+        pytest.param('"a"b', id="quote-then-more"),
+        pytest.param('"a"b"', id="quote-inside-quotes"),
+        pytest.param('"a b"', id="space-inside-quotes"),
+        pytest.param('"', id="a-quote"),
     ],
 )
 async def test_malformed_key_is_400_and_stores_nothing(key: str) -> None:
-    """Anything but 1 to 255 visible ASCII characters: 400 validation_error."""
+    """Anything but 1 to 255 visible ASCII characters, bare or as a quoted string, is a 400
+    validation_error: a bare key beginning or ending with a quote too (quoting gone wrong; each
+    was a new key, and a retry through a proxy that mangled it made a second pet)."""
     async with memory_service() as http:
         response = await http.post(
             "/v1/pets",
@@ -500,3 +509,19 @@ def test_a_retry_after_a_restart_replays_on_the_real_process(
         "true",
     )
     assert listed == [first.json()]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        *("abc", '"abc"', 'a"b', '"a\\"b"', '"abc', 'abc"', '"', '""', "x", '"x"'),
+        *("x" * 255, "x" * 256, '"' + "x" * 255 + '"', '"' + "x" * 256 + '"'),
+    ],
+)
+async def test_the_document_s_pattern_takes_what_the_service_takes(value: str) -> None:
+    """The OpenAPI document's pattern for Idempotency-Key (what a generated client checks)
+    takes a value exactly when the service does."""
+    async with memory_service() as http:
+        response = await http.post("/v1/pets", json=REX, headers=keyed(value))
+    assert response.status_code in (201, 400)
+    assert (response.status_code == 201) is bool(re.search(IDEMPOTENCY_HEADER_PATTERN, value))
