@@ -37,7 +37,9 @@ from store import PetStore, ResetUnavailable
 
 ADMIN_PREFIX: Final = "/_admin"
 ADMIN_OPENAPI_PATH: Final = f"{ADMIN_PREFIX}/openapi.json"
-_JOURNAL_FILTERS: Final = frozenset({"method", "path", "status", "limit"})
+# Any other query parameter is a 400: a filter misspelled, or one that does not exist, would
+# pass every request, and a test's assertion on them with it.
+_JOURNAL_FILTERS: Final = frozenset({"method", "path", "status", "requestId", "limit"})
 _RULE_BODY_LIMIT: Final = 64 * 1024
 
 
@@ -79,7 +81,7 @@ class ControlPlane:
         return JSONResponse(encoder.encode(ResetDone(pets=pets)))
 
     async def list_requests(self, scope: Scope, receive: Receive) -> Response:
-        filters = query(scope["query_string"], _JOURNAL_FILTERS)
+        filters = query(scope["query_string"], _JOURNAL_FILTERS, strict=True)
         status = limit = None
         if "status" in filters:
             status = integer(filters["status"])
@@ -96,6 +98,7 @@ class ControlPlane:
             method=filters["method"].upper() if "method" in filters else None,
             path=filters.get("path"),
             status=status,
+            request_id=filters.get("requestId"),
             limit=limit,
         )
         document = JournalDocument(requests=entries, dropped=self.journal.dropped)
@@ -199,7 +202,10 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
             "Only requests answered with this status",
             {"type": "integer", "minimum": 100, "maximum": 599},
         ),
-        query_parameter("limit", "Only the newest N of those", {"type": "integer", "minimum": 1}),
+        query_parameter("requestId", "Only the request with this X-Request-Id", {"type": "string"}),
+        query_parameter(
+            "limit", "Only the N of those that arrived last", {"type": "integer", "minimum": 1}
+        ),
     ]
     add_fault = operation(
         "addFault",

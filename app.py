@@ -254,7 +254,8 @@ def create_app(
         journal = None
         if settings.journal_size:
             journal = Journal(settings.journal_size, settings.secrets)
-        plane = ControlPlane(store, journal, Faults(chance))
+        journaled = journal.body_kept if journal is not None else 0
+        plane = ControlPlane(store, journal, Faults(chance, journaled))
     intercept = plane.faults.intercept if plane else None
     routes = [
         Route(

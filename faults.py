@@ -13,7 +13,7 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from routing import STATUS, Interception, error_response, invalid
+from routing import BODY, STATUS, Interception, error_response, invalid
 from schemas import (
     DELAY_MAX_MS,
     INJECTABLE_STATUSES,
@@ -62,10 +62,12 @@ class Faults:
 
     All of it runs on the event loop, between two awaits, so taking a rule and counting down
     its `times` is one step: a rule with `times: N` serves exactly N requests however many
-    arrive at once."""
+    arrive at once. `journaled`: how much of an injected create's body to read first, for the
+    journal (Journal.body_kept; 0, none): the attempt a retry is compared with."""
 
-    def __init__(self, chance: Callable[[], float]) -> None:
+    def __init__(self, chance: Callable[[], float], journaled: int = 0) -> None:
         self.chance = chance  # a draw in [0, 1); tests inject their own
+        self.journaled = journaled
         self.rules: list[FaultRule] = []
         self.ids = itertools.count(1)
 
@@ -105,8 +107,7 @@ class Faults:
                 return None
         return self._apply(fault, scope, receive)
 
-    @staticmethod
-    async def _apply(fault: Fault, scope: Scope, receive: Receive) -> Interception:
+    async def _apply(self, fault: Fault, scope: Scope, receive: Receive) -> Interception:
         if fault.delay_ms:  # the loop serves others meanwhile
             deadline = time.perf_counter() + fault.delay_ms / 1000
             # uvloop's timers count whole milliseconds from a clock read before: a wait may
@@ -117,6 +118,8 @@ class Faults:
             await _drop(scope, receive)
             return Interception(_Unanswered())
         if fault.status is not None:
+            if self.journaled and scope["method"] == "POST":  # nothing of it is carried out
+                await _read_some(scope, receive, self.journaled)
             return Interception(_injected(fault))
         return Interception(None, [(b"preference-applied", fault.applied.encode())])
 
@@ -188,6 +191,22 @@ class _Unanswered(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope[STATUS] = None
+
+
+async def _read_some(scope: Scope, receive: Receive, most: int) -> None:
+    """Read the body into scope[BODY] (as parsing.read_body leaves it, for the journal) until
+    it ends or passes `most` bytes; the rest is left unread."""
+    chunks: list[bytes] = []
+    scope[BODY] = chunks
+    size = 0
+    while size <= most:
+        message = await receive()
+        if message["type"] != "http.request":  # the client left
+            return
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if not message.get("more_body", False):
+            return
 
 
 async def _drop(scope: Scope, receive: Receive) -> None:

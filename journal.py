@@ -8,7 +8,7 @@ import functools
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
 
 import msgspec
@@ -25,7 +25,7 @@ _UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-aut
 class Recorded(NamedTuple):
     """A request as the journal gives it out, before it is turned into JSON."""
 
-    seq: int
+    seq: int  # its number among the requests under /v1, as they arrived
     started_ns: int  # time.perf_counter_ns() when it arrived
     duration_ns: int
     path: str  # without the root path
@@ -39,10 +39,9 @@ class Recorded(NamedTuple):
     request_id: bytes
 
 
-# What the ring keeps of a request: the fields of Recorded but its number, which its place in
-# the ring tells.
+# What the ring keeps of a request: the fields of Recorded.
 _Packed = tuple[
-    int, int, str, int | None, bytes | None, str, bytes, list[tuple[bytes, bytes]], bytes
+    int, int, int, str, int | None, bytes | None, str, bytes, list[tuple[bytes, bytes]], bytes
 ]
 _pack: Final = msgspec.msgpack.Encoder().encode
 _unpack: Final = msgspec.msgpack.Decoder(_Packed).decode
@@ -52,11 +51,12 @@ _COPIED_OVER: Final = 512
 
 
 class Journal:
-    """The last `size` requests under /v1, oldest first, each kept as one bytes object
-    (MessagePack). The JSON is built when the journal is read, and only then are the
-    credential headers left out and every configured secret (keys of both kinds, the
-    database's password) found elsewhere (a query, another header, a body, the path) replaced
-    by REDACTED: no secret is ever in what the journal gives out.
+    """The last `size` requests under /v1 to end, each kept as one bytes object (MessagePack),
+    given out in the order they arrived (a request held by a delay is numbered as it arrives,
+    and in the journal once it ends). The JSON is built when the journal is read, and only
+    then are the credential headers left out and every configured secret (keys of both kinds,
+    the database's password) found elsewhere (a query, another header, a body, the path)
+    replaced by REDACTED: no secret is ever in what the journal gives out.
 
     Why one bytes object: a request's values kept as they were (a tuple of about a dozen
     objects: its path, its headers and their tuples, its numbers, ...) took 408 bytes a
@@ -68,8 +68,9 @@ class Journal:
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
         self.ring: collections.deque[bytes] = collections.deque(maxlen=size)
-        self.recorded = 0  # since the start: the number (seq) of the newest entry
-        self.cleared_at = 0  # the number of the newest entry at the last clear
+        self.arrived = 0  # requests under /v1 since the start: the last one's number (seq)
+        self.recorded = 0  # requests under /v1 that ended since the start
+        self.cleared_at = 0  # what `recorded` was at the last clear
         # Entries note the monotonic clock (which the access log reads anyway); this turns
         # it into the wall clock when they are read.
         self.wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
@@ -90,32 +91,42 @@ class Journal:
         """Entries the ring pushed out since the last clear."""
         return self.recorded - self.cleared_at - len(self.ring)
 
-    def record(
-        self,
-        scope: Scope,
-        started_ns: int,
-        duration_ns: int,
-        status: int | None,
-        request_id: bytes,
-    ) -> None:
-        """Note a request that ended, if it was under /v1: its scope, when it arrived
-        (time.perf_counter_ns), how long it took, its status (None: no answer) and request id
-        (which AccessLog has at hand). The body it read (parsing.read_body left it in the
-        scope) is cut to `body_kept` bytes: what the journal gives out, and room for a secret
-        that straddles the cut."""
+    def number(self, scope: Scope) -> int:
+        """A request that arrived: its number (seq) if it is under /v1, else 0 (not noted)."""
         path: str = scope["path"]
         if scope.get("root_path"):  # route_path only then: a call less for most requests
             path = route_path(scope)
         # Under /v1: from "/v1/" up to "/v10" ("0" follows "/"), as middleware.Credentials
         # tells its prefix (str.startswith parses its arguments as a tuple: 1k instructions).
         if not ("/v1/" <= path < "/v10" or path == "/v1"):
-            return
+            return 0
+        self.arrived += 1
+        return self.arrived
+
+    def record(  # noqa: PLR0913, PLR0917 - what AccessLog has at hand, in one call a request
+        self,
+        scope: Scope,
+        seq: int,
+        started_ns: int,
+        duration_ns: int,
+        status: int | None,
+        request_id: bytes,
+    ) -> None:
+        """Note a request numbered `seq` that ended: its scope, when it arrived
+        (time.perf_counter_ns), how long it took, its status (None: no answer) and request id
+        (which AccessLog has at hand). The body it read (parsing.read_body left it in the
+        scope) is cut to `body_kept` bytes: what the journal gives out, and room for a secret
+        that straddles the cut."""
         body = None
         if BODY in scope:  # one chunk: joined and cut without a copy
             body = b"".join(scope[BODY])[: self.body_kept]
         self.recorded += 1
+        path: str = scope["path"]
+        if scope.get("root_path"):
+            path = route_path(scope)
         packed = _pack(
             (
+                seq,
                 started_ns,
                 duration_ns,
                 path,
@@ -140,30 +151,41 @@ class Journal:
         method: str | None = None,
         path: str | None = None,
         status: int | None = None,
+        request_id: str | None = None,
         limit: int | None = None,
     ) -> list[JournalEntry]:
-        """The entries that match every filter given, oldest first; the newest `limit` of them."""
+        """The entries that match every filter given, oldest first; the `limit` of them that
+        arrived last."""
+        wanted_id = None if request_id is None else request_id.encode("latin-1", "replace")
         chosen = [
             recorded
             for recorded in self._unpacked()
             if (method is None or recorded.method == method)
             and (path is None or recorded.path == path)
             and (status is None or recorded.status == status)
+            and (wanted_id is None or recorded.request_id == wanted_id)
         ]
         if limit is not None:
             chosen = chosen[len(chosen) - limit :] if limit < len(chosen) else chosen
         return [self._entry(recorded) for recorded in chosen]
 
-    def _unpacked(self) -> Iterator[Recorded]:
-        first = self.recorded - len(self.ring) + 1
-        for seq, packed in enumerate(self.ring, first):
-            yield Recorded(seq, *_unpack(packed))
+    def _unpacked(self) -> list[Recorded]:
+        """The entries in the order their requests arrived (the ring's is that of their ends)."""
+        return sorted(Recorded(*_unpack(packed)) for packed in self.ring)
 
     def _redact(self, text: str) -> str:
         return redact(text, self.secrets)
 
     def _redact_encoded(self, text: str, decode: Callable[[str], str]) -> str:
         return redact_encoded(text, self.secrets, decode)
+
+    def _redact_query(self, query: str) -> str:
+        """A query with each secret redacted, as sent or hidden in a parameter's encoding: that
+        parameter is given out decoded, the others as sent (decoded whole, `q=a%26b` read as
+        two parameters, and `+` as a space)."""
+        parameters = self._redact(query).split("&")
+        decode = urllib.parse.unquote_plus
+        return "&".join(self._redact_encoded(parameter, decode) for parameter in parameters)
 
     def _redact_name(self, name: str) -> str:
         """A header's name, which the server lower-cases, with any key in it redacted."""
@@ -186,7 +208,7 @@ class Journal:
             time=rfc3339(recorded.started_ns + self.wall_minus_monotonic_ns),
             method=self._redact(recorded.method),
             path=self._redact(recorded.path),
-            query=self._redact_encoded(query, urllib.parse.unquote_plus),
+            query=self._redact_query(query),
             status=recorded.status,
             durationMs=round(recorded.duration_ns / 1e6, 3),
             requestId=self._redact(recorded.request_id.decode("latin-1")),

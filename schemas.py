@@ -32,6 +32,9 @@ InjectableStatus = Literal[429, 500, 502, 503, 504]
 INJECTABLE_STATUSES: Final = get_args(InjectableStatus)
 RETRY_AFTER_STATUSES: Final = (429, 503)
 DELAY_MAX_MS: Final = 60_000
+# A fault rule's `times` and `retryAfter` at most: the largest delta-seconds HTTP caches keep
+# (RFC 9111 1.2.2), and a count past any test's (a number past 2**53 is rounded by JavaScript).
+RULE_COUNT_MAX: Final = 2**31 - 1
 JOURNAL_BODY_LIMIT: Final = 4096
 
 # Idempotency-Key (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters.
@@ -181,9 +184,11 @@ class NewFaultRule(msgspec.Struct, forbid_unknown_fields=True):
     status: InjectableStatus | msgspec.UnsetType = msgspec.UNSET
     delayMs: Annotated[int, msgspec.Meta(ge=0, le=DELAY_MAX_MS)] | msgspec.UnsetType = msgspec.UNSET
     drop: bool | msgspec.UnsetType = msgspec.UNSET
-    times: Annotated[int, msgspec.Meta(ge=1)] | msgspec.UnsetType = msgspec.UNSET
+    times: Annotated[int, msgspec.Meta(ge=1, le=RULE_COUNT_MAX)] | msgspec.UnsetType = msgspec.UNSET
     probability: Annotated[float, msgspec.Meta(ge=0, le=1)] | msgspec.UnsetType = msgspec.UNSET
-    retryAfter: Annotated[int, msgspec.Meta(ge=0)] | msgspec.UnsetType = msgspec.UNSET
+    retryAfter: Annotated[int, msgspec.Meta(ge=0, le=RULE_COUNT_MAX)] | msgspec.UnsetType = (
+        msgspec.UNSET
+    )
 
 
 class FaultRule(NewFaultRule, kw_only=True):

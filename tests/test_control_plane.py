@@ -238,6 +238,33 @@ async def test_reset_is_refused_with_a_data_file(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the journal
 
 
+async def test_journal_is_in_the_order_requests_arrived() -> None:
+    """A request held by a delay is numbered as it arrives and listed before the requests that
+    came after it and ended first: `seq`, `time` and the order agree, and `limit` keeps the
+    ones that arrived last (they were in the order they ended: a retry before the try; probe
+    16). It is in the journal once it ends."""
+    app = plane_app()
+    assert app.plane is not None and app.plane.journal is not None
+    journal_ = app.plane.journal
+    async with running(app) as plane:
+        await add_rule(plane, operation="getPet", delayMs=300, times=1)
+        held = asyncio.create_task(
+            plane.get("/v1/pets/1", headers={**AUTH, "X-Request-Id": "first"})
+        )
+        while journal_.arrived < 1:  # noqa: ASYNC110 - until it is numbered; it sets no event
+            await asyncio.sleep(0)
+        await plane.get("/v1/pets/1", headers={**AUTH, "X-Request-Id": "second"})
+        before = (await plane.get("/_admin/requests", headers=ADMIN)).json()["requests"]
+        await held
+        entries = (await plane.get("/_admin/requests", headers=ADMIN)).json()["requests"]
+        newest = await plane.get("/_admin/requests?limit=1", headers=ADMIN)
+    assert [(e["seq"], e["requestId"]) for e in before] == [(2, "second")]
+    assert [(e["seq"], e["requestId"]) for e in entries] == [(1, "first"), (2, "second")]
+    assert entries[0]["time"] < entries[1]["time"]
+    assert entries[0]["durationMs"] >= 300
+    assert [e["requestId"] for e in newest.json()["requests"]] == ["second"]
+
+
 async def test_journal_records_each_v1_request_whole_and_oldest_first(
     plane: httpx.AsyncClient,
 ) -> None:
@@ -284,12 +311,13 @@ async def test_journal_leaves_out_admin_probes_and_docs(plane: httpx.AsyncClient
 
 
 async def test_journal_filters_and_limit(plane: httpx.AsyncClient) -> None:
-    """method, path (exact), status, and limit (the newest N), alone and together."""
+    """method, path (exact), status, requestId (exact), and limit (the N that arrived last),
+    alone and together."""
     await plane.post("/v1/pets", json=REX, headers=AUTH)  # 1: 201
     await plane.get("/v1/pets", headers=AUTH)  # 2: 200
     await plane.get("/v1/pets/1", headers=AUTH)  # 3: 200
     await plane.get("/v1/pets/2", headers=AUTH)  # 4: 404
-    await plane.get("/v1/pets")  # 5: 401
+    await plane.get("/v1/pets", headers={"X-Request-Id": "mine-5"})  # 5: 401
 
     async def seqs(**filters: Any) -> list[int]:
         return [entry["seq"] for entry in (await journal(plane, **filters))["requests"]]
@@ -304,6 +332,20 @@ async def test_journal_filters_and_limit(plane: httpx.AsyncClient) -> None:
     assert await seqs(limit=99) == [1, 2, 3, 4, 5]
     assert await seqs(limit="9" * 30) == [1, 2, 3, 4, 5]  # past int64: still a positive integer
     assert await seqs(limit="0" * 30 + "2") == [4, 5]
+    assert await seqs(requestId="mine-5") == [5]
+    assert await seqs(requestId="mine-", status=401) == []
+
+
+@pytest.mark.parametrize("query", ["requestid=mine-5", "since=1", "after=2", "x", "limit=1&q=a"])
+async def test_journal_refuses_a_filter_it_does_not_have(
+    plane: httpx.AsyncClient, query: str
+) -> None:
+    """A query parameter that is no filter (misspelled, or one another tool has) is a 400
+    naming the filters: ignored, it matched every request, and an assertion on them passed."""
+    await plane.get("/v1/pets", headers=AUTH)
+    response = await plane.get(f"/_admin/requests?{query}", headers=ADMIN)
+    message = assert_error(response, 400, "validation_error")
+    assert "is not one of `limit`, `method`, `path`, `requestId`, `status`" in message
 
 
 @pytest.mark.parametrize(
@@ -361,7 +403,8 @@ async def test_journal_cuts_a_body_at_4096_bytes(plane: httpx.AsyncClient) -> No
 
 async def test_journal_keeps_the_body_the_service_read() -> None:
     """The body is what createPet read: a body sent in pieces, whole; one over --max-body, as
-    far as it was read; none for a create refused before reading (401, an injected status)."""
+    far as it was read; none for a create refused before reading (a 401); an injected
+    status's, read for the journal alone."""
     settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), max_body=100)
     async with running(plane_app(settings)) as plane:
 
@@ -387,7 +430,7 @@ async def test_journal_keeps_the_body_the_service_read() -> None:
     assert entries[0]["body"] == '{"name": "Rex", "categoryId": 1}'
     assert entries[1]["body"] == "a" * 60 + "b" * 60  # the third piece was never read
     assert "body" not in entries[2]
-    assert "body" not in entries[3]
+    assert entries[3]["body"] == json.dumps(REX, separators=(",", ":"))
 
 
 async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) -> None:
@@ -415,7 +458,8 @@ async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) ->
 async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redacted() -> None:
     """No key gets through the journal in the forms a probe found: as the method's name, JSON-
     escaped in a body, percent-encoded in a header other than the query, as a header's name
-    (lower-cased by the server), across the body's 4096-byte cut, or inside a longer key."""
+    (lower-cased by the server), across the body's 4096-byte cut, or inside a longer key; and
+    a query parameter that hid one is given out decoded, the others as sent."""
     api_key, admin_key = "Abc123key", "xAbc123keyz"  # an API key inside the admin key
     settings = Settings(api_keys=(api_key, "PURGE"), admin_keys=(admin_key,))
     auth = {"Authorization": f"Bearer {api_key}"}
@@ -428,6 +472,7 @@ async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redact
             headers={**auth, "Content-Type": "application/json", "X-Abc123key": "a name"},
         )
         await plane.get(f"/v1/pets?q={admin_key}", headers={**auth, "Referer": "/?k=%41bc123key"})
+        await plane.get("/v1/pets?q=a%26b%3Dc&p=1%2B1+2&x=%41bc123key", headers=auth)
         cut = '{"name":"' + "n" * (4090 - 9) + api_key + '", "categoryId": 1}'
         await plane.post(
             "/v1/pets", content=cut, headers={**auth, "Content-Type": "application/json"}
@@ -437,7 +482,9 @@ async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redact
     text = response.text
     for hidden in (api_key, api_key.lower(), "PURGE", "0041bc123key", "%41bc123key", "Abc123"):
         assert hidden not in text, hidden
-    purge, created, listed, long_one = response.json()["requests"]
+    purge, created, listed, encoded, long_one = response.json()["requests"]
+    # Only the parameter that hid the key is decoded: the others stay as sent.
+    assert encoded["query"] == "q=a%26b%3Dc&p=1%2B1+2&x=[redacted]"
     assert purge["method"] == "[redacted]"
     assert created["body"] == '{"name": "[redacted]", "categoryId": 1}'  # given out unescaped
     assert created["headers"]["x-[redacted]"] == "a name"
@@ -465,7 +512,7 @@ def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
     secrets = (KEY, "Ab\U0001f600")
     journal_ = Journal(10, secrets)
     scope = {"path": "/v1/pets", "method": "POST", "query_string": b"", "headers": []}
-    journal_.record({**scope, BODY: [body.encode()]}, 0, 1000, 201, b"id-1")
+    journal_.record({**scope, BODY: [body.encode()]}, 1, 0, 1000, 201, b"id-1")
     (entry,) = journal_.entries()
     assert entry.bodyTruncated is True
     assert isinstance(entry.body, str)
@@ -513,7 +560,9 @@ async def test_journal_memory_is_bounded() -> None:
     try:
         for number in range(3000):
             body = [bytes(bytearray(8192))]  # its own, over the limit: cut to 4097 bytes
-            journal_.record({**scope(number), BODY: body}, 0, 1000, 201, b"0123abcd-%x" % number)
+            arrived = {**scope(number), BODY: body}
+            seq = journal_.number(arrived)
+            journal_.record(arrived, seq, 0, 1000, 201, b"0123abcd-%x" % number)
             assert len(journal_.ring) == min(number + 1, 1000)
         used, _ = tracemalloc.get_traced_memory()
     finally:
@@ -685,6 +734,10 @@ async def test_rules_are_listed_and_removed(plane: httpx.AsyncClient) -> None:
             {"operation": "*", "status": 500, "retryAfter": 5}, "`retryAfter`", id="retry-500"
         ),
         pytest.param({"operation": "*", "delayMs": 5, "retryAfter": 5}, "`retryAfter`", id="ra"),
+        pytest.param({"operation": "*", "status": 503, "times": 2**31}, "$.times", id="times-big"),
+        pytest.param(
+            {"operation": "*", "status": 503, "retryAfter": 2**31}, "$.retryAfter", id="ra-big"
+        ),
         pytest.param(
             {"operation": "*", "status": 503, "retryAfter": -1}, "$.retryAfter", id="ra-negative"
         ),
@@ -815,6 +868,27 @@ async def test_injected_answers_are_in_the_journal(plane: httpx.AsyncClient) -> 
         ("/v1/pets/1", 504),
         ("/v1/pets", 429),
     ]
+
+
+async def test_an_injected_create_is_journaled_with_its_body(plane: httpx.AsyncClient) -> None:
+    """A create answered with an injected status (a rule's, or its Prefer's) is journaled with
+    the body it sent, read for the journal alone (nothing is stored): the attempt its retry is
+    compared with. It had none (probe 16). A long one is cut as any other."""
+    await add_rule(plane, operation="createPet", status=503, times=1)
+    body, long_body = json.dumps(REX), json.dumps({**REX, "name": "R" * 10_000})
+    keyed = {**AUTH, "Idempotency-Key": "order-1", "Content-Type": "application/json"}
+    assert (await plane.post("/v1/pets", content=body, headers=keyed)).status_code == 503
+    assert (await plane.post("/v1/pets", content=body, headers=keyed)).status_code == 201
+    preferred = {**AUTH, "Prefer": "code=500", "Content-Type": "application/json"}
+    assert (await plane.post("/v1/pets", content=long_body, headers=preferred)).status_code == 500
+    entries = (await journal(plane))["requests"]
+    assert [(entry["status"], entry["body"]) for entry in entries] == [
+        (503, body),
+        (201, body),
+        (500, long_body[:4096]),
+    ]
+    assert entries[2]["bodyTruncated"] is True
+    assert (await plane.get("/v1/pets", headers=AUTH)).json() == [{"id": 1, **REX}]
 
 
 # --------------------------------------------------------------------------- the real process
