@@ -9,15 +9,16 @@ import logging
 import multiprocessing
 import os
 import sys
+from collections.abc import Mapping
 
 import msgspec
 
 from database import DatabaseStore
 from datafile import FileStore
-from parsing import not_json_reason
+from parsing import json_problem, not_json_reason
 from records import DataFileError
 from schemas import SeedPet, seed_decoder
-from settings import Settings, SettingsError, describe
+from settings import Settings, SettingsError, describe, is_service_link
 from store import MemoryStore, PetStore, seed_pets
 from tables import DatabaseError
 
@@ -33,8 +34,24 @@ def _read_seed(path: str) -> list[SeedPet]:
     try:
         return seed_decoder.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
-        reason = not_json_reason(error, data)
+        # msgspec names the first wrong type it meets even where the syntax breaks further
+        # on: not JSON wins over that, as in a body (parsing.decode_new_pet).
+        problem = json_problem(data) if isinstance(error, msgspec.ValidationError) else None
+        reason = problem or not_json_reason(error, data)
         raise SettingsError(f"seed file {path}: not a JSON array of pets: {reason}") from None
+
+
+def warn_of_unread(environ: Mapping[str, str]) -> None:
+    """Under `uvicorn app:app`, warn of what it leaves unread: PETSTORE_HOST and PETSTORE_PORT
+    are uvicorn's --host and --port to it (a PETSTORE_HOST of 0.0.0.0 was ignored in silence,
+    probe 15)."""
+    for variable, flag in (("PETSTORE_HOST", "host"), ("PETSTORE_PORT", "port")):
+        if variable in environ and not is_service_link(variable, environ):
+            logger.warning(
+                "%s is not read under `uvicorn app:app`: its --%s says where it listens",
+                variable,
+                flag,
+            )
 
 
 def check_workers(settings: Settings, *, generated_key: bool) -> None:

@@ -1031,6 +1031,16 @@ BAD_SEEDS = [
         "not a JSON array of pets: Input data was truncated",
         id="not JSON",
     ),
+    pytest.param(  # the syntax, not the wrong type met before it (as in a body)
+        b'[{"name": "a", "categoryId": "1"}, {"name": "b",',
+        "not a JSON array of pets: Input data was truncated",
+        id="not JSON after a wrong type",
+    ),
+    pytest.param(
+        b"[" * 5000 + b"]" * 5000,
+        "not a JSON array of pets: nested too deeply to read",
+        id="nested too deeply",
+    ),
     pytest.param(
         b'{"name": "Rex", "categoryId": 1}',
         "not a JSON array of pets: Expected an array, got an object",
