@@ -43,7 +43,7 @@ from logs import access_log_stream, refuse_start, start_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
-from opening import check_workers, open_store
+from opening import check_workers, open_store, warn_of_unread
 from parsing import (
     decode_new_pet,
     idempotency_key,
@@ -381,6 +381,7 @@ def __getattr__(name: str) -> Any:
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         start_logging(settings, os.environ, uvicorn_too=settings.log_format == "json")
         check_workers(settings, generated_key=bool(key_line))
+        warn_of_unread(os.environ)
         app = build(settings)
         if key_line:  # uvicorn listens only once we are built: said before that, once
             app.access_log.announce(key_line)

@@ -63,7 +63,9 @@ def healthcheck(settings: Settings, path: str = "/healthz") -> int:
     signal.setitimer(signal.ITIMER_REAL, _HEALTHCHECK_SECONDS)
     try:
         connection.request("GET", path)
-        status = connection.getresponse().status
+        response = connection.getresponse()
+        response.read()  # the whole answer, its body too, within the 2 s
+        status = response.status
     except (OSError, http.client.HTTPException) as error:
         # One line, whatever answered: a server that is no HTTP one sends its own line ends.
         reason = " ".join(str(error).split()) or type(error).__name__

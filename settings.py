@@ -314,7 +314,7 @@ def load_settings(
         if (flag := getattr(flags, field)) is not None:
             sources[field] = "--" + field.replace("_", "-")
             values[field] = parse(flag, sources[field])
-        elif variable in environ and not _service_link(variable, environ):
+        elif variable in environ and not is_service_link(variable, environ):
             sources[field] = variable
             values[field] = parse(environ[variable], variable)
     if "data" in values and "database" in values:
@@ -335,7 +335,7 @@ _SERVICE_LINK: Final = re.compile(
 _SERVICE_LINK_PORT: Final = re.compile(r"(tcp|udp|sctp)://\S+:\d+")
 
 
-def _service_link(variable: str, environ: Mapping[str, str]) -> bool:
+def is_service_link(variable: str, environ: Mapping[str, str]) -> bool:
     """Whether the variable is Kubernetes' service link rather than a setting."""
     return variable == "PETSTORE_PORT" and bool(_SERVICE_LINK_PORT.fullmatch(environ[variable]))
 
@@ -367,7 +367,7 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
         "PETSTORE_ADMIN_KEYS",
         "PETSTORE_CORS_ORIGINS",
     }
-    if "PETSTORE_PORT" in environ and _service_link("PETSTORE_PORT", environ):
+    if "PETSTORE_PORT" in environ and is_service_link("PETSTORE_PORT", environ):
         found.append(
             "PETSTORE_PORT is Kubernetes' service link for a Service named petstore, not a port:"
             " it is ignored (the pod's enableServiceLinks: false leaves it out)"

@@ -373,6 +373,21 @@ def test_uvicorn_app_reads_the_environment(launch: Launcher) -> None:
         assert (refused.status_code, refused.json()) == (401, WRONG_KEY)
     assert server.stop() in (0, -15)
     assert "uvicorn-a" not in server.stdout + server.stderr
+    assert "is not read under `uvicorn app:app`" not in server.stderr
+
+
+def test_uvicorn_app_says_what_it_leaves_unread(launch: Launcher) -> None:
+    """PETSTORE_HOST and PETSTORE_PORT are uvicorn's --host and --port to `uvicorn app:app`:
+    the start says so, where a PETSTORE_HOST of 0.0.0.0 was ignored in silence (probe 15)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--http", "app:StallGuard"]
+    env = {"PETSTORE_API_KEYS": KEY, "PETSTORE_HOST": "0.0.0.0", "PETSTORE_PORT": "1234"}  # noqa: S104
+    server = launch([*argv, "--port", str(port)], env, port)
+    server.wait_ready()
+    assert server.stop() in (0, -15)
+    for variable, flag in (("PETSTORE_HOST", "host"), ("PETSTORE_PORT", "port")):
+        note = f"{variable} is not read under `uvicorn app:app`: its --{flag} says where it listens"
+        assert note in server.stderr
 
 
 def test_uvicorn_with_app_s_protocol_has_its_settings(launch: Launcher) -> None:
@@ -844,6 +859,34 @@ def test_healthcheck_fails_on_an_answer_that_trickles_in() -> None:
         thread = threading.Thread(target=trickle, daemon=True)
         thread.start()
         result = healthcheck(port)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"petstore healthcheck: http://127.0.0.1:{port}/healthz: no whole answer within 2 s\n"
+    )
+
+
+def test_healthcheck_fails_on_a_body_that_trickles_in() -> None:
+    """The whole answer within 2 s, its body too: a head sent at once and a body that comes
+    in 3 s later fails it (the head alone passed it in a tenth of a second; probe 15)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        head_sent = threading.Event()
+
+        def late_body() -> None:
+            connection, _ = listener.accept()
+            with connection, contextlib.suppress(OSError):
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 15\r\n\r\n{")
+                head_sent.set()
+                time.sleep(3)  # the slow server itself, not a wait for something
+                connection.sendall(b'"status":"ok"}')
+
+        thread = threading.Thread(target=late_body, daemon=True)
+        thread.start()
+        result = healthcheck(port)
+    assert head_sent.is_set()
     assert result.returncode == 1
     assert result.stderr == (
         f"petstore healthcheck: http://127.0.0.1:{port}/healthz: no whole answer within 2 s\n"
