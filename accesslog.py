@@ -46,8 +46,8 @@ class AccessLine(msgspec.Struct):
 
     time: str  # when the request arrived, RFC 3339 UTC
     client: str | None
-    method: str
-    path: str
+    method: str | None  # None, as the path: a 400 of the server's own, to bytes it couldn't parse
+    path: str | None
     status: int | None  # None: no answer (a fault rule's `drop`)
     durationUs: int  # camelCase: the contract's names
     requestId: str
@@ -272,8 +272,8 @@ class AccessLog:
             AccessLine(
                 rfc3339(started + wall_minus_monotonic_ns),
                 client[0] if client else None,
-                method,
-                path,
+                None if method == "-" else method,  # no method is "-", and no path
+                None if path == "-" else path,
                 status,
                 elapsed // 1000,
                 request_id[1].decode("latin-1"),

@@ -365,6 +365,18 @@ async def test_the_lifespan_end_writes_the_lines_of_the_drain_it_cut_off(
     assert [line.rpartition(" ")[2] for line in written] == [f"id-{n}" for n in range(lines)]
 
 
+def test_a_refusal_s_json_line_has_null_for_the_method_and_path_it_never_gave() -> None:
+    """A 400 of the server's own, to bytes it couldn't parse: its JSON line has null for the
+    method and the path, as for an unknown client (the text line has `-`); it had "-"."""
+    stream = io.StringIO()
+    log = AccessLog(None, stream, json_lines=True)  # type: ignore[arg-type]
+    log.note_refusal(("127.0.0.1", 5000), b"sent-1", 35_000)
+    log.flush()
+    (line,) = json_lines(stream.getvalue())
+    assert (line["method"], line["path"], line["status"]) == (None, None, 400)
+    assert (line["durationUs"], line["requestId"]) == (35, "sent-1")
+
+
 @pytest.mark.anyio
 async def test_made_request_ids_count_up_past_a_block_of_them(client: httpx.AsyncClient) -> None:
     """A request without a usable X-Request-Id gets the process's prefix and a hex counter one
