@@ -104,8 +104,14 @@ async def prepare(connection: Connection, where: str, seed: Sequence[SeedPet]) -
             await connection.execute("CREATE TABLE petstore_schema (version integer NOT NULL)")
         version = await connection.fetchval("SELECT max(version) FROM petstore_schema")
         if version is None:
-            for statement in _TABLES:
-                await connection.execute(statement)
+            try:
+                for statement in _TABLES:
+                    await connection.execute(statement)
+            except asyncpg.DuplicateTableError as error:  # another program's, of our names
+                raise DatabaseError(
+                    f"database {where}: it holds tables of petstore's names that no petstore"
+                    f" made ({error}); give the service a database of its own"
+                ) from None
             await connection.execute("INSERT INTO petstore_schema VALUES ($1)", SCHEMA_VERSION)
             logger.info("made the tables in %s (schema version %d)", where, SCHEMA_VERSION)
         elif version > SCHEMA_VERSION:

@@ -427,6 +427,26 @@ def test_a_schema_of_another_version_stops_the_start_in_one_line(
     secret_free(postgres, server.stdout, server.stderr)
 
 
+def test_a_database_with_another_program_s_table_of_our_name_stops_the_start(
+    url: str, postgres: Cluster
+) -> None:
+    """A database holding a `petstore_pets` no petstore made (no schema version): the start
+    stops in one line that says so, as for version 0, and nothing of ours is left there; it
+    was the driver's DuplicateTableError (probe 15)."""
+    database = Cluster.name(url)
+    postgres.sql("CREATE TABLE petstore_pets (owner text)", database)
+    with pytest.raises(SettingsError) as raised:
+        open_store(Settings(api_keys=(KEY,), database=url))
+    assert str(raised.value).endswith(
+        'it holds tables of petstore\'s names that no petstore made (relation "petstore_pets"'
+        " already exists); give the service a database of its own"
+    )
+    tables = postgres.sql(
+        "SELECT string_agg(tablename, ',') FROM pg_tables WHERE schemaname = 'public'", database
+    )
+    assert tables.strip() == "petstore_pets"
+
+
 @contextmanager
 def creating(base_urls: list[str], clients: int, creates: int = 10**6) -> Iterator[list[int]]:
     """`clients` threads sending up to `creates` creates each, round the replicas (each client
