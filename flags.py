@@ -38,7 +38,7 @@ FLAGS: Final = (
     ("--api-key", "KEY", "a key accepted (one made and printed), repeatable"),
     ("--api-key-file", "FILE", "keys accepted, one a line"),
     ("--max-body", "BYTES", "the largest request body accepted (1048576)"),
-    ("--root-path", "PATH", "the prefix a proxy strips off (none)"),
+    ("--root-path", "PATH", "the prefix a proxy strips off (empty)"),
     ("--log-level", "LEVEL", f"{'|'.join(LOG_LEVELS)} (info)"),
     ("--log-format", "FORMAT", "text|json (text)"),
     ("--client-timeout", "SECONDS", "close a connection whose client stalls this long (10)"),
