@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import datetime
 import functools
+import itertools
 import re
 import time
 import urllib.parse
@@ -25,7 +26,7 @@ _UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-aut
 class Recorded(NamedTuple):
     """A request as the journal gives it out, before it is turned into JSON."""
 
-    seq: int  # its number among the requests under /v1, as they arrived
+    seq: int  # its number among the requests as they arrived (others come between: gaps)
     started_ns: int  # time.perf_counter_ns() when it arrived
     duration_ns: int
     path: str  # without the root path
@@ -68,8 +69,10 @@ class Journal:
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
         self.ring: collections.deque[bytes] = collections.deque(maxlen=size)
-        self.arrived = 0  # requests under /v1 since the start: the last one's number (seq)
-        self.recorded = 0  # requests under /v1 that ended since the start
+        # AccessLog numbers each request as it arrives (seq: those under /v1 have gaps where
+        # others came between them); `recorded` counts those under /v1 that ended.
+        self.numbers = itertools.count(1)
+        self.recorded = 0
         self.cleared_at = 0  # what `recorded` was at the last clear
         # Entries note the monotonic clock (which the access log reads anyway); this turns
         # it into the wall clock when they are read.
@@ -91,18 +94,6 @@ class Journal:
         """Entries the ring pushed out since the last clear."""
         return self.recorded - self.cleared_at - len(self.ring)
 
-    def number(self, scope: Scope) -> int:
-        """A request that arrived: its number (seq) if it is under /v1, else 0 (not noted)."""
-        path: str = scope["path"]
-        if scope.get("root_path"):  # route_path only then: a call less for most requests
-            path = route_path(scope)
-        # Under /v1: from "/v1/" up to "/v10" ("0" follows "/"), as middleware.Credentials
-        # tells its prefix (str.startswith parses its arguments as a tuple: 1k instructions).
-        if not ("/v1/" <= path < "/v10" or path == "/v1"):
-            return 0
-        self.arrived += 1
-        return self.arrived
-
     def record(  # noqa: PLR0913, PLR0917 - what AccessLog has at hand, in one call a request
         self,
         scope: Scope,
@@ -112,18 +103,22 @@ class Journal:
         status: int | None,
         request_id: bytes,
     ) -> None:
-        """Note a request numbered `seq` that ended: its scope, when it arrived
-        (time.perf_counter_ns), how long it took, its status (None: no answer) and request id
-        (which AccessLog has at hand). The body it read (parsing.read_body left it in the
-        scope) is cut to `body_kept` bytes: what the journal gives out, and room for a secret
-        that straddles the cut."""
+        """Note a request that ended, if it was under /v1: its scope, its number (seq) as it
+        arrived, when it arrived (time.perf_counter_ns), how long it took, its status (None:
+        no answer) and request id (which AccessLog has at hand). The body it read
+        (parsing.read_body left it in the scope) is cut to `body_kept` bytes: what the journal
+        gives out, and room for a secret that straddles the cut."""
+        path: str = scope["path"]
+        if scope.get("root_path"):  # route_path only then: a call less for most requests
+            path = route_path(scope)
+        # Under /v1: from "/v1/" up to "/v10" ("0" follows "/"), as middleware.Credentials
+        # tells its prefix (str.startswith parses its arguments as a tuple: 1k instructions).
+        if not ("/v1/" <= path < "/v10" or path == "/v1"):
+            return
         body = None
         if BODY in scope:  # one chunk: joined and cut without a copy
             body = b"".join(scope[BODY])[: self.body_kept]
         self.recorded += 1
-        path: str = scope["path"]
-        if scope.get("root_path"):
-            path = route_path(scope)
         packed = _pack(
             (
                 seq,
