@@ -15,7 +15,7 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from journal import Journal, rfc3339
+from journal import Journal, rfc3339, wall_minus_monotonic_ns
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
 from parsing import header
@@ -267,10 +267,10 @@ class AccessLog:
 
     @staticmethod
     def _json_lines(entries: list[_Entry]) -> str:
-        wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
+        offset = wall_minus_monotonic_ns()
         lines = [
             AccessLine(
-                rfc3339(started + wall_minus_monotonic_ns),
+                rfc3339(started + offset),
                 client[0] if client else None,
                 None if method == "-" else method,  # no method is "-", and no path
                 None if path == "-" else path,

@@ -74,9 +74,6 @@ class Journal:
         self.numbers = itertools.count(1)
         self.recorded = 0
         self.cleared_at = 0  # what `recorded` was at the last clear
-        # Entries note the monotonic clock (which the access log reads anyway); this turns
-        # it into the wall clock when they are read.
-        self.wall_minus_monotonic_ns = time.time_ns() - time.perf_counter_ns()
         # Each also as its UTF-8 read as Latin-1, as a header's value, the query and the
         # request id are decoded: a password with a letter past ASCII is written so there.
         # Longest first, as Settings.secrets.
@@ -162,7 +159,8 @@ class Journal:
         ]
         if limit is not None:
             chosen = chosen[len(chosen) - limit :] if limit < len(chosen) else chosen
-        return [self._entry(recorded) for recorded in chosen]
+        offset = wall_minus_monotonic_ns()
+        return [self._entry(recorded, offset) for recorded in chosen]
 
     def _unpacked(self) -> list[Recorded]:
         """The entries in the order their requests arrived (the ring's is that of their ends)."""
@@ -189,7 +187,7 @@ class Journal:
                 name = name.replace(secret.lower(), REDACTED)
         return name
 
-    def _entry(self, recorded: Recorded) -> JournalEntry:
+    def _entry(self, recorded: Recorded, wall_minus_monotonic: int) -> JournalEntry:
         headers: dict[str, str] = {}
         for name, value in recorded.headers:
             if name in _UNRECORDED_HEADERS:
@@ -200,7 +198,7 @@ class Journal:
         query = recorded.query.decode("latin-1")
         entry = JournalEntry(
             seq=recorded.seq,
-            time=rfc3339(recorded.started_ns + self.wall_minus_monotonic_ns),
+            time=rfc3339(recorded.started_ns + wall_minus_monotonic),
             method=self._redact(recorded.method),
             path=self._redact(recorded.path),
             query=self._redact_query(query),
@@ -231,6 +229,14 @@ class Journal:
                 break
         text = self.in_json.sub(REDACTED, text[:end])
         return text.encode()[:JOURNAL_BODY_LIMIT].decode("utf-8", errors="ignore")
+
+
+def wall_minus_monotonic_ns() -> int:
+    """What turns a time.perf_counter_ns() into the wall clock's time.time_ns(), now. Entries
+    note the monotonic clock (which the access log reads anyway); this is read again for each
+    batch of times written out, as the wall clock may have been set (or the machine
+    suspended) since the start."""
+    return time.time_ns() - time.perf_counter_ns()
 
 
 def rfc3339(time_ns: int) -> str:

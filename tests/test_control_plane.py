@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import gc
 import io
 import json
 import random
 import re
 import socket
+import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -525,6 +527,26 @@ def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
     for secret in secrets:
         for size in range(2, len(secret) + 1):
             assert not unescaped.endswith(secret[:size]), (secret[:size], given[-80:])
+
+
+def test_journal_times_follow_the_wall_clock_when_it_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An entry's time is its monotonic arrival turned into the wall clock when the journal is
+    read: a wall clock set an hour on since the start (NTP, an operator, a suspend) moves it,
+    as it moves the access log's (the offset was taken once, at the start; review 18)."""
+    journal_ = Journal(10, [KEY])
+    scope = {"path": "/v1/pets", "method": "GET", "query_string": b"", "headers": []}
+    journal_.record(scope, 1, time.perf_counter_ns(), 1000, 200, b"id-1")
+    (before,) = journal_.entries()
+    hour = 3600 * 10**9
+    real_time_ns = time.time_ns
+    monkeypatch.setattr("journal.time.time_ns", lambda: real_time_ns() + hour)
+    (after,) = journal_.entries()
+    moved = datetime.datetime.fromisoformat(after.time) - datetime.datetime.fromisoformat(
+        before.time
+    )
+    assert 3599 < moved.total_seconds() < 3601
 
 
 async def test_journal_memory_is_bounded() -> None:
