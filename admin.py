@@ -13,7 +13,9 @@ from journal import Journal
 from openapi import (
     components,
     error,
+    internal_response,
     json_content,
+    not_json_response,
     string_header,
     unauthorized_response,
     with_request_ids,
@@ -165,7 +167,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
     )
     schemas["NewFaultRule"]["allOf"] = _RULE_COMBINATIONS
     unauthorized = unauthorized_response("admin key")
-    internal = error("Unexpected failure; the log has the details", ErrorCode.INTERNAL_ERROR)
+    internal = internal_response()
     done = {"description": "Done"}
 
     def operation(operation_id: str, summary: str, responses: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +225,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
                 ErrorCode.VALIDATION_ERROR,
             ),
             "413": error("The body is over the size limit", ErrorCode.PAYLOAD_TOO_LARGE),
-            "415": error("The Content-Type is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+            "415": not_json_response(),
         },
     )
     add_fault["requestBody"] = {"required": True, "content": json_content(new_rule_ref)}

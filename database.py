@@ -9,7 +9,7 @@ import datetime
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import asyncpg
@@ -60,7 +60,7 @@ class _Create:
     new_pet: NewPet
     key: str | None
     done: asyncio.Future[Pet | None]  # None: another replica stored a create with this key
-    made_at: datetime.datetime | None = field(default=None)
+    made_at: datetime.datetime | None = None
 
 
 class DatabaseStore:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import html
 from collections.abc import Callable
@@ -79,7 +80,8 @@ def _vendor_file(name: str) -> bytes:
 def _file(content_type: str, read: Callable[[], bytes]) -> Handler:
     async def serve(scope: Scope, receive: Receive) -> Response:
         cache = (b"cache-control", b"public, max-age=3600")
-        return BytesResponse(read(), content_type, [*_SECURITY_HEADERS, cache])
+        data = await asyncio.to_thread(read)  # the first read is from disk: not on the loop
+        return BytesResponse(data, content_type, [*_SECURITY_HEADERS, cache])
 
     return serve
 

@@ -72,8 +72,8 @@ class Faults:
         self.ids = itertools.count(1)
 
     def add(self, rule: NewFaultRule) -> FaultRule:
-        """A rule in force from now on, checked first (check_rule)."""
-        check_rule(rule)
+        """A rule in force from now on; the caller checked it (check_rule), before anything
+        else of the request, so that a rule that is wrong is told so first."""
         fields = msgspec.structs.asdict(rule)
         if fields["drop"] is False:
             fields["drop"] = msgspec.UNSET  # `drop: false` does nothing: not shown
@@ -157,7 +157,7 @@ def preferred_fault(prefer: str) -> Fault | None:
         if name in seen:
             continue
         seen.add(name)
-        # Past 9 digits a number is out of every bound (and int() refuses 4,300 digits).
+        # Past 9 digits a number is out of every bound (and int() refuses more than 4,300 digits).
         if not value.isascii() or not value.isdigit() or len(value.lstrip("0")) > 9:
             continue
         if name == "code" and int(value) in INJECTABLE_STATUSES:

@@ -1,5 +1,4 @@
-"""uvicorn's cycle of one request: QuickHead (a response's head from lines made once), the
-transport it writes to (OneWrite) and a connection's lingering close."""
+"""uvicorn's cycle of one request (QuickHead), its transport (OneWrite), lingering closes."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import msgspec
 
+from idempotency import RETAIN_KEYS, RETAIN_SECONDS
 from schemas import (
     DEPRECATION,
     IDEMPOTENCY_HEADER_PATTERN,
@@ -100,6 +101,19 @@ def unauthorized_response(key_name: str) -> Any:
     )
 
 
+def internal_response() -> Any:
+    return error("Unexpected failure", ErrorCode.INTERNAL_ERROR)
+
+
+def not_json_response() -> Any:
+    """The 415 of parsing.require_json."""
+    return error(
+        "The Content-Type is not JSON, or the body is encoded (a Content-Encoding other than"
+        " identity)",
+        ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    )
+
+
 def openapi_document(root_path: str = "", *, injected: bool = False) -> dict[str, Any]:
     """The OpenAPI 3.1 description of the three operations, schemas generated from the types.
     `injected`: the test-control plane is on, and every operation may answer its faults."""
@@ -108,7 +122,7 @@ def openapi_document(root_path: str = "", *, injected: bool = False) -> dict[str
     int64 = {"type": "integer", "format": "int64"}
 
     unauthorized = unauthorized_response("API key")
-    internal = error("Unexpected failure", ErrorCode.INTERNAL_ERROR)
+    internal = internal_response()
     validation = error("A parameter holds an invalid value", ErrorCode.VALIDATION_ERROR)
     unreadable = error("The store can't be read for now", ErrorCode.STORAGE_UNAVAILABLE)
 
@@ -176,7 +190,8 @@ def openapi_document(root_path: str = "", *, injected: bool = False) -> dict[str
                 "required": False,
                 "description": "Makes the create safe to retry (draft-ietf-httpapi-idempotency-"
                 "key-header): the same key with the same request replays the first 201; keys "
-                "are kept at least 24 hours and for 100,000 keyed creates after them",
+                f"are kept at least {RETAIN_SECONDS // 3600} hours and for {RETAIN_KEYS:,} keyed"
+                " creates after them",
                 "schema": {"type": "string", "pattern": IDEMPOTENCY_HEADER_PATTERN},
             }
         ],
@@ -206,7 +221,7 @@ def openapi_document(root_path: str = "", *, injected: bool = False) -> dict[str
             ),
             "401": unauthorized,
             "413": error("The body is over the size limit", ErrorCode.PAYLOAD_TOO_LARGE),
-            "415": error("The Content-Type is not JSON", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+            "415": not_json_response(),
             "500": internal,
             "503": error("The store can't take writes", ErrorCode.STORAGE_UNAVAILABLE),
         },

@@ -12,6 +12,7 @@ from starlette.types import Receive, Scope
 
 from routing import BODY, Refused, invalid
 from schemas import (
+    IDEMPOTENCY_KEY_MAX,
     INT64_MAX,
     LIMIT_DEFAULT,
     LIMIT_MAX,
@@ -120,7 +121,10 @@ def idempotency_key(scope: Scope) -> str | None:
             found = _QUOTED_PAIR.sub(rb"\1", found)
     key = found.decode("latin-1")
     if not is_idempotency_key(key):
-        raise invalid("Idempotency-Key must be 1 to 255 visible ASCII characters, bare or quoted")
+        raise invalid(
+            f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters, bare"
+            " or quoted"
+        )
     return key
 
 
@@ -213,7 +217,7 @@ def decode_new_pet(body: bytes) -> NewPet:
         # when the syntax breaks further on (`[1,2,`, `{"id":1} x`): not JSON wins over that.
         if (problem := json_problem(body)) is not None:
             raise _malformed(problem) from None
-        raise Refused(400, ErrorCode.VALIDATION_ERROR, in_json_words(str(error))) from None
+        raise invalid(in_json_words(str(error))) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         raise _malformed(not_json_reason(error, body)) from None
 
@@ -223,7 +227,7 @@ def decode_fault_rule(body: bytes) -> NewFaultRule:
     5), as the schema in the control plane's document says; a 400 saying why not."""
     try:
         fields = any_json_decoder.decode(body)
-    except msgspec.ValidationError:  # a number of 4,300 digits or more, or not JSON after all
+    except msgspec.ValidationError:  # a number of more than 4,300 digits, or not JSON after all
         if (problem := json_problem(body)) is not None:
             raise _malformed(problem) from None
         raise invalid(_out_of_range(body)) from None
@@ -251,7 +255,7 @@ def json_problem(data: bytes) -> str | None:
     """Why `data` is not one JSON text, or None when it is."""
     try:
         any_json_decoder.decode(data)
-    except msgspec.ValidationError:  # a whole number of 4,300 digits or more: JSON all the same
+    except msgspec.ValidationError:  # a whole number of more than 4,300 digits: JSON all the same
         try:
             json_syntax_decoder.decode(data)
             data.decode()  # what any_json_decoder checks in strings, which Raw does not look at

@@ -49,7 +49,7 @@ def split_torn_tail(data: bytes) -> int:
 _CHUNK = 1 << 20  # bytes of records decoded at a time: a million lines never sit in memory
 
 
-class KeyedRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class KeyedRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """The line of a create made with an Idempotency-Key: the pet, its key and when it was made
     (seconds since the epoch), so that the key is durable in the same write as its pet and a
     retry after a restart or a crash replays it. A create without a key is a plain Pet line."""
@@ -151,7 +151,7 @@ def _check_keys(path: str, loaded: Loaded) -> None:
         if not is_idempotency_key(key):
             raise DataFileError(
                 f"{path}, line {loaded.pets.index(pet) + 1}: not a Pet: idempotency key "
-                f"{key!r} is not 1 to 255 visible ASCII characters"
+                f"{key!r} is not 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters"
             )
 
 

@@ -316,7 +316,7 @@ seed_decoder: Final = msgspec.json.Decoder(
     list[SeedPet], dec_hook=decode_hook, float_hook=exact_number
 )
 # Any JSON text at all, numbers of any size (to tell "not JSON" from "not a NewPet"), but a
-# whole number of 4,300 digits or more: Python makes no int of that many (a ValidationError).
+# whole number of more than 4,300 digits: Python makes no int of that many (a ValidationError).
 any_json_decoder: Final = msgspec.json.Decoder(float_hook=exact_number)
 # Any JSON text at all, its values read but not made: whether it is JSON, whatever its numbers.
 json_syntax_decoder: Final = msgspec.json.Decoder(msgspec.Raw)

@@ -23,7 +23,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from accesslog import client_request_id
 from faults import CLOSE_EXTENSION
 from head import OneWrite, QuickHead, close_lingering
-from logs import logging_config, wait_for_outlets, write_stdout
+from logs import logging_config, wait_for_outlets
 from schemas import Error, ErrorCode, encoder
 from settings import Settings, SettingsError, bracketed
 
@@ -348,16 +348,16 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     settings: Settings,
     on_exit: Callable[[], None],
     *,
-    note_refusal: NoteRefusal = StallGuard.note_refusal,
-    sock: socket.socket | None = None,
-    announce: Callable[[str], None] = write_stdout,
-    stops_asked: Sequence[int] = (),
+    note_refusal: NoteRefusal,
+    sock: socket.socket,
+    announce: Callable[[str], None],
+    stops_asked: Sequence[int],
 ) -> None:
     """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
     `note_refusal` notes each of the server's own 400s and gives its id
-    (AccessLog.note_refusal); `sock` is bound_socket()'s (else uvicorn binds the settings'
-    address itself); `announce` writes the ready line (AccessLog.announce); `stops_asked`,
-    the signals that came during the start (app.py notes them): there, nothing is served."""
+    (AccessLog.note_refusal); `sock` is bound_socket()'s; `announce` writes the ready line
+    (AccessLog.announce); `stops_asked`, the signals that came during the start (app.py notes
+    them): there, nothing is served."""
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -372,4 +372,4 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
         ws="none",  # the service speaks no WebSocket: an Upgrade is ignored (RFC 9110, 7.8)
     )
     server = _Server(config, on_exit, announce, stops_asked)
-    server.run(sockets=None if sock is None else [sock])
+    server.run(sockets=[sock])
