@@ -211,29 +211,33 @@ class OneWrite:
 LINGER_SECONDS: Final = 2.0
 
 
-def close_lingering(transport: asyncio.Transport) -> None:
+def close_lingering(transport: asyncio.Transport, *, lost_now: bool = False) -> None:
     """Close the connection once its client has stopped sending: what is written goes out,
     then the end of our side (a half-close); what the client still sends is read and dropped
     until it closes its side, LINGER_SECONDS at most. Closed with bytes unread, the kernel
     answers them with a reset, which can reach the client before the answer does: a client
     that sends a whole body before reading, as Python's http.client does, saw
     ConnectionResetError instead of the 413 for a body over the limit, or the 400 for bytes
-    that are no request. (nginx's lingering close.)"""
+    that are no request. (nginx's lingering close.) `lost_now`: the protocol is told the
+    connection is lost at once (the request ends now: a drop is journaled before its client
+    sees the end), not once it closes."""
     if transport.is_closing() or not transport.can_write_eof():  # TLS can't half-close
         transport.close()
         return
     protocol = transport.get_protocol()
     transport.write_eof()  # after what is written
-    transport.set_protocol(_Dropping(protocol, transport))
+    transport.set_protocol(_Dropping(None if lost_now else protocol, transport))
     transport.resume_reading()  # uvicorn pauses it when a body it holds passes 64 KiB
+    if lost_now:
+        protocol.connection_lost(None)
 
 
 class _Dropping(asyncio.Protocol):
     """A lingering connection's protocol: drops what comes, closes at the client's end or
     after LINGER_SECONDS, then hands the loss to the protocol it replaced (uvicorn counts its
-    connections, and a shutdown waits for them)."""
+    connections, and a shutdown waits for them), unless that was told already (None)."""
 
-    def __init__(self, protocol: asyncio.BaseProtocol, transport: asyncio.Transport) -> None:
+    def __init__(self, protocol: asyncio.BaseProtocol | None, transport: asyncio.Transport) -> None:
         self.protocol = protocol
         self.timer = asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
 
@@ -245,4 +249,5 @@ class _Dropping(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.timer.cancel()
-        self.protocol.connection_lost(exc)
+        if self.protocol is not None:
+            self.protocol.connection_lost(exc)

@@ -249,7 +249,8 @@ async def test_journal_is_in_the_order_requests_arrived() -> None:
     assert app.plane is not None
     faults = app.plane.faults
     async with running(app) as plane:
-        await add_rule(plane, operation="getPet", delayMs=300, times=1)
+        # Long enough for the next request and a read of the journal, on a loaded machine.
+        await add_rule(plane, operation="getPet", delayMs=2000, times=1)
         held = asyncio.create_task(
             plane.get("/v1/pets/1", headers={**AUTH, "X-Request-Id": "first"})
         )
@@ -264,7 +265,7 @@ async def test_journal_is_in_the_order_requests_arrived() -> None:
     assert [e["requestId"] for e in entries] == ["first", "second"]
     assert entries[0]["seq"] < entries[1]["seq"] == before[0]["seq"]
     assert entries[0]["time"] < entries[1]["time"]
-    assert entries[0]["durationMs"] >= 300
+    assert entries[0]["durationMs"] >= 2000
     assert [e["requestId"] for e in newest.json()["requests"]] == ["second"]
 
 
@@ -547,6 +548,24 @@ def test_journal_times_follow_the_wall_clock_when_it_is_set(
         before.time
     )
     assert 3599 < moved.total_seconds() < 3601
+
+
+def test_a_password_with_an_ampersand_across_two_parameters_is_redacted() -> None:
+    """A database password may hold a raw `&`: in a query with its other characters
+    percent-encoded it spans two parameters, which decoded one at a time hold no secret; the
+    query is then given out decoded whole, redacted (review 19)."""
+    journal_ = Journal(10, [KEY, "p\u00e4&ss+w\u00f6rd"])
+    scope = {"path": "/v1/pets", "method": "GET", "headers": []}
+    journal_.record(
+        {**scope, "query_string": b"x=p%C3%A4&ss%2Bw%C3%B6rd&y=1%2B1"}, 1, 0, 0, 200, b"a"
+    )
+    journal_.record(
+        {**scope, "query_string": b"q=a%26b&x=p%C3%A4%26ss%2Bw%C3%B6rd"}, 2, 0, 0, 200, b"b"
+    )
+    whole, alone = journal_.entries()
+    assert whole.query == "x=[redacted]&y=1+1"
+    assert alone.query == "q=a%26b&x=[redacted]"
+    assert not journal_.entries(request_id="\u20ac")  # no id past Latin-1: not "?"
 
 
 async def test_journal_memory_is_bounded() -> None:
@@ -929,6 +948,10 @@ def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) 
             head = f"GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
             sock.sendall(head.encode())
             assert sock.recv(65536) == b""
+            # Ended as it was dropped, the client's side still open (review 19: it waited for
+            # the client to close it, and was journaled after the requests that came next).
+            journaled = http.get("/_admin/requests", headers=ADMIN).json()["requests"]
+            assert [entry["status"] for entry in journaled] == [None]
         assert http.get("/v1/pets/1").status_code == 404  # the rule is used up
         entries = http.get("/_admin/requests", headers=ADMIN).json()["requests"]
         assert [(e["path"], e["status"]) for e in entries] == [
@@ -966,14 +989,20 @@ def test_a_dropped_create_always_sees_the_connection_end_never_a_reset(
     with server.client() as http:
         rule = {"operation": "createPet", "drop": True, "times": tries}
         assert http.post("/_admin/faults", json=rule, headers=ADMIN).status_code == 201
-    seen = []
-    for _ in range(tries):
-        with server.client() as client:
-            try:
-                client.post("/v1/pets", json={**REX, "name": "R" * 2000})
-            except httpx.TransportError as error:
-                seen.append(type(error).__name__)
+    seen, journaled = [], []
+    with server.client() as admin:
+        for _ in range(tries):
+            with server.client() as client:
+                try:
+                    client.post("/v1/pets", json={**REX, "name": "R" * 2000})
+                except httpx.TransportError as error:
+                    seen.append(type(error).__name__)
+            # The request ended as it was dropped: in the journal before its client saw the
+            # end (it waited for the client to close its side; review 19).
+            entries = admin.get("/_admin/requests", headers=ADMIN).json()["requests"]
+            journaled.append(sum(entry["status"] is None for entry in entries))
     assert seen == ["RemoteProtocolError"] * tries
+    assert journaled == list(range(1, tries + 1))
 
 
 def test_a_delay_is_never_shorter_than_asked(start_server: ServerFactory) -> None:
