@@ -729,6 +729,21 @@ async def test_a_start_whose_statements_go_unanswered_gives_up_and_serves(
     assert "unavailable (no answer in time); waiting for it" in caplog.text
 
 
+def test_a_seed_longer_than_a_statement_s_timeout_is_given_time_by_its_size(
+    url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The seed is one statement, given the statements' timeout and more by its size: with the
+    timeout cut to 0.2 s here, 100,000 pets (about a second) are seeded at the start, as two
+    million (17 s) are under the 10 s one. It was cut off, and retried for ever (review 19)."""
+    monkeypatch.setattr("database.STATEMENT_SECONDS", 0.2)
+    monkeypatch.setattr("tables.STATEMENT_SECONDS", 0.2)
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps([{"name": f"pet {n}", "categoryId": 1} for n in range(100_000)]))
+    store = open_store(Settings(api_keys=(KEY,), database=url, seed=str(seed)))
+    assert isinstance(store, DatabaseStore)
+    assert store._prepared
+
+
 async def test_closing_does_not_wait_for_the_probe_s_statement(url: str) -> None:
     """The probe's look held up (here by a lock on the table it reads; a database that stopped
     answering holds it up to the statement's 10 s): the store closes at once, the look
