@@ -16,8 +16,9 @@ class DataFileError(Exception):
 
 
 # The most one commit writes (datafile.FileStore takes the creates queued that fit, one at
-# least): a power cut tears no more than that off the file's end, or one longer line.
-WRITE_MAX: Final = 1 << 20
+# least): a power cut tears no more than that off the file's end, or one longer line. A
+# commit of 32 clients' creates is some 2 KiB.
+WRITE_MAX: Final = 256 * 1024
 _BLOCK: Final = 4096  # the filesystem's block, as the page cache writes it back
 
 
@@ -28,18 +29,17 @@ def split_torn_tail(data: bytes) -> int:
     The zeros may be followed by whole lines: a group commit's write spans blocks, and after a
     power cut one block may have landed and the one before it not. So zeros that run to a
     block's end (or the file's) start the torn tail, whatever follows them, if they are within
-    the last write's reach of the end (WRITE_MAX, or the one line they are in): no fdatasync
-    completed after that write (it would have written them), so none of it was acknowledged.
-    Zeros further back (a block zeroed by a disk, or by a repair) and zeros ending elsewhere
-    are damage, as any other: lines acknowledged long after them follow (msgspec writes NUL
-    as \\u0000)."""
+    the last write's reach of the end (WRITE_MAX): no fdatasync completed after that write (it
+    would have written them), so none of it was acknowledged. Zeros further back (a block
+    zeroed by a disk, or by a repair) and zeros ending elsewhere are damage, as any other:
+    lines acknowledged after them follow (msgspec writes NUL as \\u0000). Zeros in the last
+    line are its tear, however long it is (a line longer than WRITE_MAX was written alone)."""
     end = data.rfind(b"\n") + 1
     last_line_start = data.rfind(b"\n", 0, end - 1) + 1
     zero = data.find(b"\0")
     if zero >= 0 and zero < last_line_start:
         after = len(data) - len(data[zero:].lstrip(b"\0"))  # where the zeros end
-        reach = len(data) - zero <= WRITE_MAX or b"\n" not in data[zero:-1]
-        if reach and (after == len(data) or after % _BLOCK == 0):
+        if len(data) - zero <= WRITE_MAX and (after == len(data) or after % _BLOCK == 0):
             return data.rfind(b"\n", 0, zero) + 1
     if end and b"\0" in data[last_line_start:end]:
         return last_line_start
@@ -134,9 +134,9 @@ def parse_records(path: str, records: bytes) -> Loaded:
 
 
 def _check_keys(path: str, loaded: Loaded) -> None:
-    """Every key 1 to 255 visible ASCII characters (schemas.is_idempotency_key, as a request's
-    Idempotency-Key must be); else DataFileError naming the line. The common case is the same
-    checks as C-level passes over all the keys at once, not a call a key."""
+    """Every key 1 to IDEMPOTENCY_KEY_MAX visible ASCII characters (schemas.is_idempotency_key,
+    as a request's Idempotency-Key must be); else DataFileError naming the line. The common
+    case is the same checks as C-level passes over all the keys at once, not a call a key."""
     keys = list(map(operator.itemgetter(0), loaded.keys))
     every = "".join(keys)
     if not keys or (

@@ -23,7 +23,7 @@ import pytest
 
 from app import create_app
 from datafile import FileStore
-from records import DataFileError
+from records import WRITE_MAX, DataFileError
 from schemas import CategoryId, NewPet, Pet, encoder, seed_decoder
 from settings import Settings
 from store import Added, seed_pets
@@ -679,12 +679,12 @@ async def test_a_failed_commit_left_in_the_file_says_it_may_have_been_stored(
 
 
 @pytest.mark.anyio
-async def test_a_commit_writes_a_mib_at_most_or_one_longer_line(
+async def test_a_commit_writes_256_kib_at_most_or_one_longer_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The creates queued for the writer are written a MiB at a time (a longer line alone), so
-    that a power cut tears no more than that off the end: zeros further back are damage
-    (records.split_torn_tail), not a torn tail whose lines were never acknowledged."""
+    """The creates queued for the writer are written WRITE_MAX (256 KiB) at a time, a longer
+    line alone, so that a power cut tears no more than that off the end: zeros further back
+    are damage (records.split_torn_tail), not a torn tail whose lines were never acknowledged."""
     path = tmp_path / "pets.jsonl"
     written: list[int] = []
     real_pwrite = os.pwrite
@@ -695,11 +695,9 @@ async def test_a_commit_writes_a_mib_at_most_or_one_longer_line(
 
     monkeypatch.setattr("datafile.os.pwrite", counted)
     file_store = FileStore(str(path))
-    names = ["a" * 400_000, "b" * 400_000, "c" * 400_000, "d" * 1_500_000, "e"]
-    adds = [
-        asyncio.create_task(file_store.add(NewPet(name=name, categoryId=CategoryId(1))))
-        for name in names
-    ]
+    names = ["a" * 100_000, "b" * 100_000, "c" * 100_000, "d" * 400_000, "e"]
+    pets = [NewPet(name=name, categoryId=CategoryId(1)) for name in names]
+    adds = [asyncio.create_task(file_store.add(pet)) for pet in pets]
     await asyncio.sleep(0)  # each task runs to its wait for the writer, which is not started
     assert len(file_store._pending) == len(names)
     await file_store.open()
@@ -709,15 +707,36 @@ async def test_a_commit_writes_a_mib_at_most_or_one_longer_line(
     assert written == [lines[0] + lines[1], lines[2], lines[3], lines[4]]
     assert [result.pet.id for result in added] == [1, 2, 3, 4, 5]
     assert path.stat().st_size == sum(lines)
-    # A seed is written so too, before serving.
-    seeded = tmp_path / "seeded.jsonl"
-    written.clear()
-    seed = seed_decoder.decode(json.dumps([{"name": name, "categoryId": 1} for name in names]))
-    seeded_store = FileStore(str(seeded))
-    assert seeded_store.seed(seed)
-    await seeded_store.close()
-    assert written == [lines[0] + lines[1], lines[2], lines[3], lines[4]]
-    assert seeded.read_bytes() == path.read_bytes()
+
+
+def _zeros_then_lines(reach: int) -> bytes:
+    """Whole lines, then NUL bytes from a line's start to a block's end, then whole lines to
+    `reach` bytes past the zeros' start."""
+    head = MANY[: MANY.index(b"\n", 5000) + 1]
+    block_end = -(-len(head) // 4096) * 4096
+    filler = reach - (block_end - len(head))
+    one = b'{"id":99998,"name":"y","categoryId":1}\n'
+    last = one + b'{"id":99999,"name":"' + b"x" * (filler - len(one) - 38) + b'","categoryId":1}\n'
+    assert len(last) == filler
+    return head + bytes(block_end - len(head)) + last
+
+
+def test_zeros_within_a_commit_s_reach_of_the_end_are_a_torn_write_further_are_damage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Zeros that start WRITE_MAX bytes from the end at most, a block's end after them, are a
+    power cut's tear of the last commit: dropped, said with how many lines; one byte further,
+    damage: the start stops, the file untouched (review 19: no test held the boundary)."""
+    torn, damaged = tmp_path / "torn.jsonl", tmp_path / "damaged.jsonl"
+    torn.write_bytes(_zeros_then_lines(WRITE_MAX))
+    damaged.write_bytes(_zeros_then_lines(WRITE_MAX + 1))
+    before = digest(damaged)
+    with caplog.at_level(logging.WARNING, logger="petstore.store"):
+        FileStore(str(torn))
+    assert "dropped a torn last write of 2 lines" in caplog.text
+    with pytest.raises(DataFileError, match="it holds NUL bytes"):
+        FileStore(str(damaged))
+    assert digest(damaged) == before
 
 
 @pytest.mark.anyio
@@ -733,19 +752,20 @@ async def test_a_bug_in_the_writer_stops_creates_and_answers_them(
     def a_bug(self: FileStore, size: int | None = None) -> str | None:
         raise RuntimeError("a bug")
 
+    keyed = {"Idempotency-Key": "order-9"}
     async with serving(FileStore(str(path))) as http:
         with monkeypatch.context() as patch:
             patch.setattr(FileStore, "_changed", a_bug)
-            failed = await asyncio.wait_for(http.post("/v1/pets", json=WILMA), 5)
+            failed = await asyncio.wait_for(http.post("/v1/pets", json=WILMA, headers=keyed), 5)
         later = await asyncio.wait_for(http.post("/v1/pets", json=WILMA), 5)
+        # Its key free again: the retry is told the store takes no writes, not 409 in flight.
+        keyed_retry = await http.post("/v1/pets", json=WILMA, headers=keyed)
         ready = await http.get("/readyz")
     stopped = "The store takes no writes: the writer failed; creates stop until a restart"
-    maybe = (
-        "this create may have been stored: look for it before sending it again (a create sent"
-        " with an Idempotency-Key is retried safely)"
-    )
+    maybe = "this create may have been stored: retry it with its Idempotency-Key"
     assert (failed.status_code, failed.json()) == (503, storage_unavailable(f"{stopped}; {maybe}"))
     assert (later.status_code, later.json()) == (503, storage_unavailable(stopped))
+    assert (keyed_retry.status_code, keyed_retry.json()) == (503, storage_unavailable(stopped))
     assert ready.status_code == 503
     assert any(
         "the writer failed" in record.getMessage() and record.exc_info for record in caplog.records
