@@ -110,6 +110,7 @@ class FileStore(IndexedReads):
         self._index = PetIndex()
         self._keys = IdempotencyKeys()
         self._pending: list[_Write] = []
+        self._pending_bytes = 0  # of their lines: split in commits only past WRITE_MAX
         self._closing = False
         self._failure: str | None = None
         self._writer: threading.Thread | None = None
@@ -239,6 +240,7 @@ class FileStore(IndexedReads):
                 record = KeyedRecord(pet=pet, idempotencyKey=idempotency_key, keyedAt=made_at)
                 write = _Write(pet, encoder.encode(record) + b"\n", done, idempotency_key, made_at)
             self._pending.append(write)
+            self._pending_bytes += len(write.line)
             self._wakeup.notify()
         return Added(await done)
 
@@ -251,8 +253,12 @@ class FileStore(IndexedReads):
                     self._wakeup.wait()
                 if not self._pending:
                     return
-                end = _commit_end([len(write.line) for write in self._pending])
-                batch, self._pending = self._pending[:end], self._pending[end:]
+                if self._pending_bytes <= WRITE_MAX:  # as good as always: all of them
+                    batch, self._pending, self._pending_bytes = self._pending, [], 0
+                else:
+                    end = _commit_end([len(write.line) for write in self._pending])
+                    batch, self._pending = self._pending[:end], self._pending[end:]
+                    self._pending_bytes -= sum(len(write.line) for write in batch)
                 failure = self._failure
             try:
                 failed = self._commit(batch, failure)
