@@ -18,15 +18,8 @@ import msgspec
 from idempotency import IdempotencyConflict, IdempotencyKeyReused, same_request
 from redaction import redact
 from schemas import NewPet, Pet, PetStatus, SeedPet, encoder, pet_decoder, stored_pet
-from store import (
-    IDS_EXHAUSTED,
-    MAYBE,
-    MAYBE_KEYLESS,
-    Added,
-    Page,
-    ResetUnavailable,
-    StorageUnavailable,
-)
+from store import IDS_EXHAUSTED, Added, Page, ResetUnavailable, StorageUnavailable
+from store import may_have_been_stored as told_maybe  # _fail has a flag of that name
 from tables import (
     COUNT,
     CREATE,
@@ -393,8 +386,7 @@ def _fail(batch: list[_Create], error: BaseException, *, maybe_stored: bool = Fa
     happened unanswered, a 503 that says so, and how to retry it."""
     for create in batch:
         if not create.done.done():
-            maybe = MAYBE if create.key is not None else MAYBE_KEYLESS
-            told = StorageUnavailable(f"{error}; {maybe}") if maybe_stored else error
+            told = told_maybe(str(error), create.key) if maybe_stored else error
             create.done.set_exception(told)
 
 

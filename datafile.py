@@ -21,13 +21,12 @@ from records import WRITE_MAX, DataFileError, KeyedRecord, parse_records, split_
 from schemas import INT64_MAX, NewPet, Pet, SeedPet, encoder, stored_pet
 from store import (
     IDS_EXHAUSTED,
-    MAYBE,
-    MAYBE_KEYLESS,
     Added,
     IndexedReads,
     PetIndex,
     ResetUnavailable,
     StorageUnavailable,
+    may_have_been_stored,
     seed_pets,
 )
 
@@ -372,8 +371,7 @@ class FileStore(IndexedReads):
                 if failed is None:
                     write.done.set_result(write.pet)
                 elif failed.maybe_stored:
-                    maybe = MAYBE if write.key is not None else MAYBE_KEYLESS
-                    write.done.set_exception(StorageUnavailable(f"{failed.reason}; {maybe}"))
+                    write.done.set_exception(may_have_been_stored(failed.reason, write.key))
                 else:
                     write.done.set_exception(StorageUnavailable(failed.reason))
 

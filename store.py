@@ -19,9 +19,15 @@ class StorageUnavailable(Exception):
     message says it may have been (MAYBE, MAYBE_KEYLESS)."""
 
 
-# What a create is told whose write may have landed all the same (a commit that went
-# unanswered, a failed fsync whose lines could not be cut off), with its Idempotency-Key or
-# without one.
+def may_have_been_stored(reason: str, key: str | None) -> StorageUnavailable:
+    """What a create is told whose write may have landed all the same (a commit that went
+    unanswered, a failed fsync whose lines could not be cut off): why, and how to retry it,
+    with its Idempotency-Key or without one."""
+    if key is not None:
+        return StorageUnavailable(f"{reason}; {MAYBE}")
+    return StorageUnavailable(f"{reason}; {MAYBE_KEYLESS}")
+
+
 MAYBE: Final = "this create may have been stored: retry it with its Idempotency-Key"
 MAYBE_KEYLESS: Final = (
     "this create may have been stored: look for it before sending it again (a create sent with"
