@@ -254,8 +254,7 @@ def create_app(
         journal = None
         if settings.journal_size:
             journal = Journal(settings.journal_size, settings.secrets)
-        journaled = journal.body_kept if journal is not None else 0
-        plane = ControlPlane(store, journal, Faults(chance, journaled))
+        plane = ControlPlane(store, journal, Faults(chance, journal.body_kept if journal else 0))
     intercept = plane.faults.intercept if plane else None
     routes = [
         Route(

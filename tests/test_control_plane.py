@@ -601,7 +601,7 @@ async def test_journal_memory_is_bounded() -> None:
     tracemalloc.start()
     try:
         for number in range(3000):
-            body = [bytes(bytearray(8192))]  # its own, over the limit: cut to 4097 bytes
+            body = [bytes(bytearray(8192))]  # its own, over the limit: cut to body_kept bytes
             arrived = {**scope(number), BODY: body}
             journal_.record(arrived, number + 1, 0, 1000, 201, b"0123abcd-%x" % number)
             assert len(journal_.ring) == min(number + 1, 1000)
