@@ -594,6 +594,22 @@ async def test_a_path_can_t_write_a_line_of_its_own(
     ]
 
 
+@pytest.mark.parametrize("char", ['"', "\\", "\n", "\x7f", "\x1b", "\x00"])
+def test_an_ascii_chunk_s_paths_are_checked_byte_by_byte(char: str) -> None:
+    """A chunk whose paths are all ASCII is checked in one go, without isprintable: a control
+    character, a quote or a backslash in any of its paths is still found, and that path alone
+    escaped."""
+    entry = (("127.0.0.1", 1), "GET", "/v1/pets", 200, 1_000, (b"x-request-id", b"i"), 0)
+    odd = (("127.0.0.1", 1), "GET", f"/v1/pets/{char}", None, 2_000, (b"x-request-id", b"j"), 0)
+    text = AccessLog._text_lines([entry, odd, entry])
+    escaped = repr(char)[1:-1] if char not in '"\\' else "\\" + char
+    assert text.splitlines() == [
+        '127.0.0.1 "GET /v1/pets" 200 1us i',
+        f'127.0.0.1 "GET /v1/pets/{escaped}" - 2us j',
+        '127.0.0.1 "GET /v1/pets" 200 1us i',
+    ]
+
+
 def test_a_reader_that_stops_reading_never_stops_the_service() -> None:
     """The README's fixture: a harness reads the ready line from a pipe and never reads again.
     With stdout (the access log) and stderr (uvicorn's trace lines) both full, every request is
