@@ -12,16 +12,14 @@ from secrets import token_hex
 from typing import Final, TextIO
 
 import msgspec
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from journal import Journal, rfc3339, wall_minus_monotonic_ns
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
-from parsing import header
 from redaction import redact
-from routing import REQUEST_ID_HEADER, STATUS, error_response, internal_error
-from schemas import ErrorCode, encoder
+from routing import REQUEST_ID_HEADER, STATUS, cut_off, internal_error
+from schemas import encoder
 
 logger = logging.getLogger("petstore")
 
@@ -297,23 +295,6 @@ _PLAIN_ASCII: Final = bytes(set(range(0x20, 0x7F)) - set(b'"\\'))
 def _plain(path: str) -> bool:
     """Whether a path goes into a text line as it is."""
     return path.isprintable() and '"' not in path and "\\" not in path
-
-
-def cut_off(scope: Scope) -> Response:
-    """The answer to a request the shutdown cut off: its grace ran out. A create may have been
-    stored all the same (its commit under way, as over a database that stopped answering)."""
-    if scope["method"] != "POST":
-        advice = "it may be retried"
-    elif header(scope, b"idempotency-key") is not None:
-        advice = "it may have been carried out: retry it with its Idempotency-Key"
-    else:
-        advice = "it may have been carried out: look for its result before sending it again"
-    return error_response(
-        500,
-        ErrorCode.INTERNAL_ERROR,
-        f"The service stopped before this request was answered; {advice}",
-        {"Connection": "close"},
-    )
 
 
 def _json_escaped(text: str) -> str:

@@ -37,7 +37,7 @@ from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from datafile import FileStore
 from docs import Docs
 from faults import Faults
-from idempotency import IdempotencyConflict, IdempotencyKeyReused
+from idempotency import KeysInFlight
 from journal import Journal
 from logs import access_log_stream, refuse_start, start_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
@@ -91,6 +91,10 @@ class Health:
         self.stopping = True
 
 
+# Where PetRoutes.hold_key leaves a create's Idempotency-Key (None: sent without one).
+_KEY: Final = "petstore.idempotency_key"
+
+
 class PetRoutes:
     """The endpoints, wired to one store and one set of settings."""
 
@@ -98,6 +102,7 @@ class PetRoutes:
         self.store = store
         self.max_body = settings.max_body
         self.health = health
+        self.in_flight = KeysInFlight()
         self.openapi_cache: dict[str, bytes] = {}
         self.injected = bool(settings.admin_keys)  # the test-control plane's faults, documented
 
@@ -111,24 +116,19 @@ class PetRoutes:
         link = f'<{root_path}{PETS_PATH}?{query}&after={page.pets[-1].id}>; rel="next"'
         return JSONResponse(encoder.encode(page.pets), 200, [(b"link", link.encode())])
 
+    def hold_key(self, scope: Scope) -> Callable[[], None] | None:
+        """createPet's Idempotency-Key held from its head to its answer (KeysInFlight), left in
+        the scope for create_pet; None for any other request."""
+        if scope["method"] != "POST":
+            return None
+        key = scope[_KEY] = idempotency_key(scope)
+        return None if key is None else self.in_flight.hold(key)
+
     async def create_pet(self, scope: Scope, receive: Receive) -> Response:
         require_json(scope)
-        key = idempotency_key(scope)
+        key: str | None = scope[_KEY]  # hold_key's
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
-        try:
-            pet, replayed = await self.store.add(new_pet, key)
-        except IdempotencyConflict:
-            raise Refused(
-                409,
-                ErrorCode.IDEMPOTENCY_CONFLICT,
-                "The first create with this Idempotency-Key is still in flight; retry later",
-            ) from None
-        except IdempotencyKeyReused:
-            raise Refused(
-                422,
-                ErrorCode.IDEMPOTENCY_KEY_REUSED,
-                "This Idempotency-Key was used with a different request",
-            ) from None
+        pet, replayed = await self.store.add(new_pet, key)  # its 409 or 422: Endpoint's
         location = f"{scope.get('root_path', '')}{PETS_PATH}/{pet.id}"
         headers = [(b"location", location.encode())]
         if replayed:
@@ -272,6 +272,7 @@ def create_app(
                 {"GET": handlers.list_pets, "POST": handlers.create_pet},
                 operations={"GET": "listPets", "POST": "createPet"},
                 intercept=intercept,
+                hold=handlers.hold_key,
             ),
         ),
         Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),

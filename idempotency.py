@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import operator
 import time
@@ -34,6 +35,24 @@ def same_request(new_pet: NewPet, pet: Pet) -> bool:
         pet.categoryId,
         pet.status,
     )
+
+
+class KeysInFlight:
+    """The Idempotency-Keys of the creates this process is answering, each from its request's
+    head (through a delay the test-control plane holds it for, a body that comes slowly) to
+    its answer: another create with one of them meanwhile is the contract's 409, whatever it
+    asks (probe 18: a retry sent while its first was held by a delay made the pet, and the
+    first came back a replay)."""
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+
+    def hold(self, key: str) -> Callable[[], None]:
+        """Hold the key, and give what lets it go; IdempotencyConflict while it is held."""
+        if key in self._keys:
+            raise IdempotencyConflict(key)
+        self._keys.add(key)
+        return functools.partial(self._keys.discard, key)
 
 
 class IdempotencyKeys:

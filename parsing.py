@@ -10,7 +10,7 @@ from typing import Final
 import msgspec
 from starlette.types import Receive, Scope
 
-from routing import BODY, Refused, invalid
+from routing import BODY, Refused, header, invalid
 from schemas import (
     IDEMPOTENCY_KEY_MAX,
     INT64_MAX,
@@ -175,15 +175,6 @@ def _too_large(limit: int) -> Refused:
         # Close the connection rather than read the rest of a body we won't use.
         {"Connection": "close"},
     )
-
-
-def header(scope: Scope, name: bytes) -> str | None:
-    """The first header of this lower-case name, as Starlette's Headers.get would give it."""
-    headers: list[tuple[bytes, bytes]] = scope["headers"]
-    for key, value in headers:
-        if key == name:
-            return value.decode("latin-1")
-    return None
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:

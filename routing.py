@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
@@ -11,6 +12,7 @@ from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
+from idempotency import IdempotencyConflict, IdempotencyKeyReused
 from schemas import Error, ErrorCode, encoder
 from store import StorageUnavailable
 
@@ -114,6 +116,34 @@ def internal_error(scope: Scope) -> Response:
     return error_response(500, ErrorCode.INTERNAL_ERROR, "Internal error; the log has details")
 
 
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first header of this lower-case name, as Starlette's Headers.get would give it."""
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def cut_off(scope: Scope) -> Response:
+    """The answer to a request the shutdown cut off: its grace ran out. A create may have been
+    stored all the same (its commit under way, as over a database that stopped answering).
+    An Endpoint answers it with its path's headers (getPet's Deprecation, within Cors);
+    AccessLog, a request cut off before one."""
+    if scope["method"] != "POST":
+        advice = "it may be retried"
+    elif header(scope, b"idempotency-key") is not None:
+        advice = "it may have been carried out: retry it with its Idempotency-Key"
+    else:
+        advice = "it may have been carried out: look for its result before sending it again"
+    return error_response(
+        500,
+        ErrorCode.INTERNAL_ERROR,
+        f"The service stopped before this request was answered; {advice}",
+        {"Connection": "close"},
+    )
+
+
 # A handler gets the ASGI scope and receive: building a Starlette Request was 3 % of a getPet's
 # instructions (bench/instructions.py), and its Headers object more of a createPet's.
 Handler = Callable[[Scope, Receive], Awaitable[Response]]
@@ -134,13 +164,20 @@ class Interception(NamedTuple):
 Interceptor = Callable[[Scope, Receive, Mapping[str, str]], Awaitable[Interception] | None]
 
 
+_IN_FLIGHT: Final = "The first create with this Idempotency-Key is still in flight; retry later"
+_REUSED: Final = "This Idempotency-Key was used with a different request"
+
+
 class Endpoint:
     """The ASGI app of one path: picks the handler by method and turns whatever it returns or
     raises into the response (Refused: its Error; a store's StorageUnavailable: 503
-    storage_unavailable; anything else: a logged 500), adding the
+    storage_unavailable; an Idempotency-Key in flight or reused: 409 or 422; a cut-off by the
+    shutdown: cut_off's 500; anything else: a logged 500), adding the
     path's own headers to every one of them. `{root_path}` in a header value is the request's
     root path (set by --root-path or by the server), so links keep the proxy's prefix.
-    `operations` names the operation of each method, for the interceptor, if there is one."""
+    `operations` names the operation of each method, for the interceptor, if there is one.
+    `hold`, if given, is called first (it may refuse the request) and gives what to call once
+    the response is made, or None: createPet's Idempotency-Key held until it is answered."""
 
     def __init__(
         self,
@@ -149,8 +186,10 @@ class Endpoint:
         *,
         operations: Mapping[str, str] | None = None,
         intercept: Interceptor | None = None,
+        hold: Callable[[Scope], Callable[[], None] | None] | None = None,
     ) -> None:
         self.handlers = dict(handlers)
+        self.hold = hold
         self.operations = dict(operations or {})
         if "GET" in self.handlers:
             self.handlers.setdefault("HEAD", self.handlers["GET"])
@@ -171,9 +210,11 @@ class Endpoint:
             ]
         return headers
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    # One function, each outcome a branch: a helper would be a call more for every request.
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: PLR0912
         handler = self.handlers.get(scope["method"])
         added: RawHeaders = ()
+        release = None
         try:
             if handler is None:
                 raise Refused(
@@ -182,6 +223,8 @@ class Endpoint:
                     f"Method {scope['method']} is not allowed here; allowed: {self.allow}",
                     {"Allow": self.allow},
                 )
+            if self.hold is not None:
+                release = self.hold(scope)
             if self.intercept is not None and (
                 pending := self.intercept(scope, receive, self.operations)
             ):
@@ -194,8 +237,17 @@ class Endpoint:
             response = refusal.response
         except StorageUnavailable as error:  # from any store, on any operation
             response = error_response(503, ErrorCode.STORAGE_UNAVAILABLE, str(error))
+        except IdempotencyConflict:  # createPet's key, held (KeysInFlight) or being stored
+            response = error_response(409, ErrorCode.IDEMPOTENCY_CONFLICT, _IN_FLIGHT)
+        except IdempotencyKeyReused:
+            response = error_response(422, ErrorCode.IDEMPOTENCY_KEY_REUSED, _REUSED)
         except Exception:
             response = internal_error(scope)
+        except asyncio.CancelledError:  # the shutdown's grace ran out: answered, with our headers
+            response = cut_off(scope)
+        finally:
+            if release is not None:
+                release()
         if added:
             response.raw_headers += added
         if self.header_templates:

@@ -24,7 +24,7 @@ from records import DataFileError
 from schemas import IDEMPOTENCY_HEADER_PATTERN, CategoryId, NewPet, Pet
 from settings import Settings
 from tests.conftest import AUTH, KEY, ServerFactory, assert_error
-from tests.test_control_plane import ADMIN, plane_app, running
+from tests.test_control_plane import ADMIN, ADMIN_KEY, plane_app, running
 from tests.test_datafile import line, os_error, poll, serving
 
 pytestmark = pytest.mark.anyio
@@ -352,6 +352,50 @@ async def test_in_flight_key_is_409_then_a_replay(
     assert created.json() == {"id": 1, **REX}
     assert (replay.content, replay.headers["idempotent-replayed"]) == (created.content, "true")
     assert len(path.read_bytes().splitlines()) == 1
+
+
+async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body() -> None:
+    """The first create with a key is in flight as soon as its head arrives: held by a fault
+    rule's delay, or with its body still coming, a retry meanwhile is a 409 that stores
+    nothing, and the first is answered as usual, a 201 that is no replay (probe 18: the retry
+    made the pet, and the first came back `Idempotent-Replayed`)."""
+    drawn = asyncio.Event()
+
+    def chance() -> float:  # drawn as the rule is looked at: the request is in the app
+        drawn.set()
+        return 0.0
+
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
+    async with running(plane_app(settings, chance=chance)) as http:
+        http.headers.update(AUTH)
+        rule = {"operation": "createPet", "delayMs": 300, "probability": 0.5, "times": 1}
+        assert (await http.post("/_admin/faults", json=rule, headers=ADMIN)).status_code == 201
+        delayed = asyncio.create_task(http.post("/v1/pets", json=REX, headers=keyed("d")))
+        await poll(drawn.is_set)
+        retry = await http.post("/v1/pets", json=REX, headers=keyed("d"))
+        first = await delayed
+
+        body_began, go_on = asyncio.Event(), asyncio.Event()
+
+        async def slow_body() -> AsyncIterator[bytes]:
+            yield b'{"name": "Tom", '
+            body_began.set()
+            await go_on.wait()
+            yield b'"categoryId": 2}'
+
+        headers = {**keyed("s"), "Content-Type": "application/json"}
+        slow = asyncio.create_task(http.post("/v1/pets", content=slow_body(), headers=headers))
+        await poll(body_began.is_set)
+        slow_retry = await http.post("/v1/pets", json=TOM, headers=keyed("s"))
+        go_on.set()
+        second = await slow
+        pets = await all_pets(http)
+    for conflict in (retry, slow_retry):
+        assert_error(conflict, 409, "idempotency_conflict")
+    assert (first.status_code, first.json()) == (201, {"id": 1, **REX})
+    assert (second.status_code, second.json()) == (201, {"id": 2, **TOM})
+    assert "idempotent-replayed" not in {**first.headers, **second.headers}
+    assert pets == [{"id": 1, **REX}, {"id": 2, **TOM}]
 
 
 async def test_concurrent_creates_with_one_key_make_one_pet_in_the_file(tmp_path: Path) -> None:

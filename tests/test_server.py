@@ -24,8 +24,8 @@ import pytest
 import uvicorn
 from starlette.types import Message, Scope
 
-from accesslog import cut_off
 from app import Petstore
+from routing import cut_off
 from server import http_protocol
 from settings import Settings
 from tests.conftest import (
@@ -234,6 +234,31 @@ def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: Serv
     assert "Cancel 1 running task(s), timeout graceful shutdown exceeded" in server.stderr
     assert "Traceback" not in server.stderr
     assert '"GET /v1/pets" 500 ' in server.stdout
+
+
+def test_a_get_pet_cut_off_by_the_shutdown_keeps_its_headers(start_server: ServerFactory) -> None:
+    """The cut-off 500 of a getPet carries what every getPet answer does (Deprecation, Sunset,
+    the successor Link) and, for a configured origin, CORS's headers, so that a browser's page
+    can read it (probe 18: it had neither, answered outside the endpoint and Cors)."""
+    origin = "https://app.example"
+    server = start_server(
+        "--admin-key", "admin-key-0123456789", "--cors-origin", origin, "--log-level", "trace"
+    )
+    request = (
+        "GET /v1/pets/1 HTTP/1.1\r\nHost: petstore\r\nPrefer: delay=30000\r\n"
+        f"Authorization: Bearer {KEY}\r\nOrigin: {origin}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
+        sock.sendall(request.encode())
+        wait_until(lambda: "Started scope=" in server.stderr, "the request in the app")
+        server.process.send_signal(signal.SIGTERM)
+        status_line, headers, body = parse_response(read_until_closed(sock))
+    assert (status_line, body["message"]) == ("HTTP/1.1 500 Internal Server Error", CUT_OFF)
+    assert headers["deprecation"] == "@1767225600"
+    assert headers["sunset"] == "Thu, 05 Dec 2030 00:00:00 GMT"
+    assert headers["link"] == '</v1/pets>; rel="successor-version"'
+    assert headers["access-control-allow-origin"] == origin
+    assert server.process.wait(10) == 0
 
 
 # --------------------------------------------------------------------------- the access log
