@@ -129,16 +129,20 @@ def idempotency_key(scope: Scope) -> str | None:
 
 
 def require_json(scope: Scope) -> None:
-    """A 415 unless the body is JSON as sent: its Content-Type JSON, and no Content-Encoding
-    but `identity` (a gzip body was read as if it were JSON; RFC 9110 15.5.16 asks a 415).
-    One look through the headers for both, as this runs for every create."""
-    content_type = encoding = None
+    """A 415 unless the body is JSON as sent: its Content-Type JSON, no Content-Encoding but
+    `identity` (a gzip body was read as if it were JSON; RFC 9110 15.5.16 asks a 415), and no
+    transfer coding but `chunked` (the server undoes only that one: `gzip, chunked` was read
+    as if it were JSON too, probes 18 and 19; RFC 9112 6.1 asks a 501, the same refusal of
+    the same body). One look through the headers for all three: this runs for every create."""
+    content_type = encoding = transfer = None
     for name, value in scope["headers"]:
         if name == b"content-type":
             if content_type is None:
                 content_type = value.decode("latin-1")
         elif name == b"content-encoding":
             encoding = value.decode("latin-1")
+        elif name == b"transfer-encoding":  # each of several: one list (RFC 9110 5.3)
+            transfer = value if transfer is None else b"%s,%s" % (transfer, value)
     if not is_json(content_type):
         raise Refused(
             415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json (UTF-8)"
@@ -149,6 +153,18 @@ def require_json(scope: Scope) -> None:
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,
             f"Content-Encoding {encoding.strip()!r} is not supported: send the body as it is",
         )
+    if transfer is not None and _codings(transfer) != [b"chunked"]:
+        raise Refused(
+            415,
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            f"Transfer-Encoding {transfer.decode('latin-1')!r} is not supported: send the body"
+            " as it is, chunked or with a Content-Length",
+        )
+
+
+def _codings(transfer_encoding: bytes) -> list[bytes]:
+    """The transfer codings a Transfer-Encoding lists, in lower case, parameters and all."""
+    return [coding.strip().lower() for coding in transfer_encoding.split(b",") if coding.strip()]
 
 
 def is_json(content_type: str | None) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import gzip
 import http.client
 import json
 import os
@@ -1096,6 +1097,46 @@ def exchange_raw(port: int, sent: bytes) -> tuple[str, dict[str, str], bytes]:
     status, *lines = head.decode("latin-1").split("\r\n")
     headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
     return status, headers, body
+
+
+@pytest.mark.parametrize(
+    ("codings", "sent_gzip"),
+    [
+        ("Transfer-Encoding: gzip, chunked\r\n", True),
+        ("Transfer-Encoding: gzip, chunked\r\n", False),
+        ("Transfer-Encoding: deflate\r\nTransfer-Encoding: chunked\r\n", False),
+    ],
+    ids=["gzip-really", "gzip-said", "two-headers"],
+)
+def test_a_transfer_coding_but_chunked_is_415(
+    start_server: ServerFactory, codings: str, sent_gzip: bool
+) -> None:
+    """The server undoes the chunks, and no other transfer coding: a create that says it sent
+    gzip is refused, nothing stored, whether it did (it was told its JSON was malformed) or
+    not (that one made a pet; probes 18 and 19); chunked alone is a create."""
+    server = start_server()
+    plain = b'{"name": "Rex", "categoryId": 1}'
+    head = (
+        f"POST /v1/pets HTTP/1.1\r\nHost: petstore\r\nAuthorization: Bearer {KEY}\r\n"
+        "Content-Type: application/json\r\nConnection: close\r\n"
+    )
+
+    def chunked(body: bytes) -> bytes:
+        return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+
+    sent = chunked(gzip.compress(plain) if sent_gzip else plain)
+    status, headers, answer = exchange_raw(server.port, f"{head}{codings}\r\n".encode() + sent)
+    with server.client() as http:
+        assert http.get("/v1/pets").json() == []
+    assert (status, headers["content-type"]) == (
+        "HTTP/1.1 415 Unsupported Media Type",
+        "application/json",
+    )
+    assert json.loads(answer)["message"].startswith("Transfer-Encoding '")
+    status, _, _ = exchange_raw(
+        server.port, f"{head}Transfer-Encoding: chunked\r\n\r\n".encode() + chunked(plain)
+    )
+    assert status == "HTTP/1.1 201 Created"
 
 
 BAD_LENGTH: Final = "invalid character in Content-Length"
