@@ -33,6 +33,15 @@ logger = logging.getLogger("petstore")
 # A request head (its line and headers) still unfinished this many bytes past the read it
 # began in is refused: httptools sets no limit, and would hold whatever a client sends.
 HEAD_LIMIT: Final = 64 * 1024
+# What a request may send past the read its head began in, beyond --max-body: its trailers
+# (a chunked body's headers after it, which httptools keeps whatever their size) and a read's
+# slack (uvloop reads up to 256 KiB; uvicorn buffers 64 KiB of a body its app has not read).
+AFTER_HEAD_SLACK: Final = HEAD_LIMIT + 1024 * 1024
+# A body slower than this, on average from the request's start, is cut off once the client
+# timeout has passed (Apache's mod_reqtimeout, MinRate=500): its timeout is extended a second
+# for every 500 bytes. Only stalls were cut off, and a byte every 5 s held a connection for
+# as long as the client liked (probe 19).
+MIN_BODY_RATE: Final = 500
 # The longest request target httptools parses (its offsets are 16 bits).
 _TARGET_MAX: Final = 65535
 
@@ -54,6 +63,7 @@ class StallGuard(HttpToolsProtocol):
     """
 
     client_timeout: float = 10.0
+    after_head_limit = 1024 * 1024 + AFTER_HEAD_SLACK  # http_protocol's: by --max-body
     offers_close = False  # the test-control plane's `drop`: scope["extensions"][CLOSE_EXTENSION]
 
     @staticmethod
@@ -74,6 +84,7 @@ class StallGuard(HttpToolsProtocol):
         # The bytes of a request's head read since the read it began in; -1: no head begun
         # and unfinished.
         self._head_size = -1
+        self._after_head = 0  # the bytes read since, once the head is whole: body, trailers
 
     # uvicorn annotates it asyncio.Transport, asyncio.Protocol a BaseTransport: mypy's override.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -156,6 +167,14 @@ class StallGuard(HttpToolsProtocol):
                     self.logger.warning("%s.", message)
                     self.send_400_response(message)
                 return  # not parsed: httptools would keep it all
+        else:
+            self._after_head += len(data)
+            if self._after_head > self.after_head_limit:  # trailers without end (probe 19)
+                if self._refusal is None:
+                    message = f"Request larger than {self.after_head_limit} bytes past its head"
+                    self.logger.warning("%s.", message)
+                    self.send_400_response(message)
+                return
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -198,7 +217,7 @@ class StallGuard(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._began = self._progress = self.loop.time()
-        self._head_size = 0
+        self._head_size = self._after_head = 0
         if self.offers_close:
             self.scope["extensions"] = self._extensions
 
@@ -216,24 +235,30 @@ class StallGuard(HttpToolsProtocol):
         super().on_body(body)
         self._progress = self.loop.time()
 
-    def _waiting_since(self) -> float | None:
-        """Since when the client owes us bytes: the head, or the body; None when it owes none."""
-        cycle = self.cycle
-        if cycle is None or cycle.scope is not self.scope:  # this request has no cycle yet
-            return self._began
-        return self._progress if cycle.more_body else None
-
     def _check(self) -> None:
+        """Close the connection if its client owes us bytes for too long: the head, whole
+        within the client timeout; the body, never stalled that long, and coming at
+        MIN_BODY_RATE on average from the request's start, past the client timeout."""
         self._timer = None
         if self.transport.is_closing() or self.transport.get_protocol() is not self:  # lingering
             return
-        now = self.loop.time()
-        since = self._waiting_since()
-        if since is not None and now - since >= self.client_timeout:
+        now, cycle = self.loop.time(), self.cycle
+        stalled = by_rate = now + self.client_timeout  # the client owes nothing
+        if cycle is None or cycle.scope is not self.scope:  # the head: no cycle for it yet
+            stalled = by_rate = self._began + self.client_timeout
+        elif cycle.more_body:
+            stalled = self._progress + self.client_timeout
+            by_rate = self._began + self.client_timeout + self._after_head / MIN_BODY_RATE
+        if now >= stalled:
             self.logger.info("closing a connection that stalled for %.1fs", self.client_timeout)
-            self.transport.close()
+        elif now >= by_rate:
+            self.logger.info(
+                "closing a connection whose body came slower than %d B/s", MIN_BODY_RATE
+            )
+        else:
+            self._timer = self.loop.call_at(min(stalled, by_rate), self._check)
             return
-        self._timer = self.loop.call_at((since or now) + self.client_timeout, self._check)
+        self.transport.close()
 
 
 # What notes a 400 the server answers itself: client, the client's usable request id or None,
@@ -247,6 +272,7 @@ def http_protocol(settings: Settings, note_refusal: NoteRefusal) -> type[StallGu
     400s."""
     attributes = {
         "client_timeout": settings.client_timeout,
+        "after_head_limit": settings.max_body + AFTER_HEAD_SLACK,
         "offers_close": bool(settings.admin_keys),
         "note_refusal": staticmethod(note_refusal),
     }

@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -349,6 +350,65 @@ def test_stalled_client_is_cut_off(
         assert read_until_closed(sock) == b""
         elapsed = time.monotonic() - started
     assert 0.9 <= elapsed < 5
+
+
+def trickle(sock: socket.socket, data: bytes, piece: int, every: float) -> int:
+    """Send `data` `piece` bytes at a time, one piece each `every` seconds, until the server
+    closes the connection or all is sent: how many pieces went."""
+    sent = 0
+    for start in range(0, len(data), piece):
+        sock.sendall(data[start : start + piece])
+        sent += 1
+        readable, _, _ = select.select([sock], [], [], every)  # the client's pace
+        if readable and sock.recv(1, socket.MSG_PEEK) == b"":  # closed: an answer stays
+            break
+    return sent
+
+
+def test_a_body_slower_than_the_minimum_rate_is_cut_off(start_server: ServerFactory) -> None:
+    """A body that never stalls for the client timeout but comes a byte every 0.2 s (5 bytes a
+    second) is cut off once the timeout and its bytes' allowance (a second each 500 bytes)
+    have passed; a client that trickled so was held for as long as it liked (probe 19). One
+    that sends 2,000 bytes a second is served."""
+    server = start_server("--client-timeout", "1")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        started = time.monotonic()
+        sock.sendall(POST_HEAD)
+        sent = trickle(sock, b"x" * 100, 1, 0.2)
+        elapsed = time.monotonic() - started
+    assert sent < 100
+    assert 0.9 <= elapsed < 3
+    cut_off = "closing a connection whose body came slower than 500 B/s"
+    wait_until(lambda: cut_off in server.stderr, "the cut-off's line")
+    body = b'{"name": "Rex", "categoryId": 1}'.ljust(6000)
+    head = POST_HEAD.replace(b"Content-Length: 100", b"Content-Length: 6000")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head)
+        assert trickle(sock, body, 1000, 0.5) == 6  # 3 s, past the timeout: each second 2,000 bytes
+        sock.shutdown(socket.SHUT_WR)
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 201 Created\r\n")
+
+
+def test_trailers_without_end_are_refused(start_server: ServerFactory) -> None:
+    """A chunked body's trailers are headers httptools keeps whatever their size: past
+    --max-body and 1 MiB 64 KiB after the head, the request is a 400 and the connection
+    closed (300 MB of them grew the process by 300 MB, probe 19)."""
+    server = start_server("--max-body", "1000")
+    limit = 1000 + 64 * 1024 + 1024 * 1024
+    head = POST_HEAD.replace(b"Content-Length: 100", b"Transfer-Encoding: chunked")
+    trailers = b"".join(b"X-T%d: %s\r\n" % (n, b"t" * 8000) for n in range(200))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head + b"2\r\n{}\r\n0\r\n")
+        with contextlib.suppress(OSError):  # it may close before all is sent
+            sock.sendall(trailers)
+        answer = read_until_closed(sock)
+    status_line, _, body = answer.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 400 Bad Request"
+    assert json.loads(body.partition(b"\r\n\r\n")[2]) == {
+        "code": "validation_error",
+        "message": f"Request larger than {limit} bytes past its head; the connection is closed",
+        "status": 400,
+    }
 
 
 def test_slowloris_load_does_not_stop_the_service_answering(start_server: ServerFactory) -> None:
