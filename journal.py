@@ -38,17 +38,22 @@ class Recorded(NamedTuple):
     query: bytes
     headers: list[tuple[bytes, bytes]]
     request_id: bytes
+    headers_cut: bool  # headers past HEADERS_KEPT were left out
 
 
 # What the ring keeps of a request: the fields of Recorded.
 _Packed = tuple[
-    int, int, int, str, int | None, bytes | None, str, bytes, list[tuple[bytes, bytes]], bytes
+    int, int, int, str, int | None, bytes | None, str, bytes, list[tuple[bytes, bytes]], bytes, bool
 ]
 _pack: Final = msgspec.msgpack.Encoder().encode
 _unpack: Final = msgspec.msgpack.Decoder(_Packed).decode
 # msgspec hands out the buffer it grew, about 1.5 times what it holds past a few hundred
 # bytes; a larger entry is copied to its size (2.2k instructions).
 _COPIED_OVER: Final = 512
+# A request's headers are kept up to this many bytes (names and values), whole, in the order
+# sent; the rest are left out of its entry (`headersTruncated`). A head may be 64 KiB and
+# more: a thousand of them kept took 112 MB of the process (probe 19).
+HEADERS_KEPT: Final = 16 * 1024
 
 
 class Journal:
@@ -85,6 +90,9 @@ class Journal:
         # found whole (and redacted) before the cut is made: 12 bytes a character at most
         # (a surrogate pair's two escapes).
         self.body_kept = JOURNAL_BODY_LIMIT + 12 * max(map(len, self.secrets), default=0)
+        # A packed entry longer than this may hold too much of a head (its headers, or the
+        # target's 64 KiB): only then are its headers measured.
+        self.entry_most = self.body_kept + HEADERS_KEPT
 
     @property
     def dropped(self) -> int:
@@ -116,20 +124,23 @@ class Journal:
         if BODY in scope:  # one chunk: joined and cut without a copy
             body = b"".join(scope[BODY])[: self.body_kept]
         self.recorded += 1
-        packed = _pack(
-            (
-                seq,
-                started_ns,
-                duration_ns,
-                path,
-                status,
-                body,
-                scope["method"],
-                scope["query_string"],
-                scope["headers"],
-                request_id,
-            )
-        )
+        fields = [
+            seq,
+            started_ns,
+            duration_ns,
+            path,
+            status,
+            body,
+            scope["method"],
+            scope["query_string"],
+            scope["headers"],
+            request_id,
+            False,
+        ]
+        packed = _pack(fields)
+        if len(packed) > self.entry_most and (kept := _headers_kept(scope["headers"])):
+            fields[-3:] = [kept, request_id, True]
+            packed = _pack(fields)
         if len(packed) > _COPIED_OVER:  # msgspec's grown buffer is kept: 6.3 KB for 4.2 KB
             packed = bytes(memoryview(packed))
         self.ring.append(packed)
@@ -211,6 +222,8 @@ class Journal:
             requestId=self._redact(recorded.request_id.decode("latin-1")),
             headers=headers,
         )
+        if recorded.headers_cut:
+            entry.headersTruncated = True
         if recorded.body is not None:
             entry.body = self._body(recorded.body)
             if len(recorded.body) > JOURNAL_BODY_LIMIT:
@@ -248,6 +261,17 @@ class Journal:
             if any(secret in unescaped for secret in self.secrets):
                 return self.in_json.sub(REDACTED, text)
         return self._redact(text)
+
+
+def _headers_kept(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]] | None:
+    """The headers an entry keeps, whole, in the order sent, until HEADERS_KEPT bytes; None
+    when that is all of them."""
+    size = 0
+    for position, (name, value) in enumerate(headers):
+        size += len(name) + len(value)
+        if size > HEADERS_KEPT:
+            return headers[:position]
+    return None
 
 
 def _latin1(text: str) -> bytes:

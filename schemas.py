@@ -209,6 +209,10 @@ class JournalEntry(msgspec.Struct):
     durationMs: float
     requestId: str
     headers: dict[str, str]
+    headersTruncated: Annotated[
+        bool | msgspec.UnsetType,
+        msgspec.Meta(description="Headers past 16 KiB (names and values) were left out"),
+    ] = msgspec.UNSET
     body: str | msgspec.UnsetType = msgspec.UNSET
     bodyTruncated: bool | msgspec.UnsetType = msgspec.UNSET
 
