@@ -39,7 +39,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import KeysInFlight
 from journal import Journal
-from logs import access_log_stream, refuse_start, start_logging
+from logs import access_log_stream, configure_logging, refuse_start, start_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
@@ -73,7 +73,7 @@ from schemas import (
     encoder,
 )
 from server import bound_socket, http_protocol, serve
-from settings import Settings, SettingsError, load_settings, with_key
+from settings import Settings, SettingsError, load_settings, log_format_asked, with_key
 from store import PetStore
 
 __all__ = ["Petstore", "create_app", "main"]
@@ -336,8 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings, key_line = with_key(load_settings(argv, os.environ))
-    except SettingsError as error:
-        refuse_start(str(error), None)  # before the log's format is known: text
+    except SettingsError as error:  # in the log format asked for, if that one was readable
+        asked = Settings(log_format=log_format_asked(argv, os.environ))
+        configure_logging(asked)
+        refuse_start(str(error), asked)
         return 2
     start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
     try:

@@ -335,6 +335,19 @@ _SERVICE_LINK: Final = re.compile(
 _SERVICE_LINK_PORT: Final = re.compile(r"(tcp|udp|sctp)://\S+:\d+")
 
 
+def log_format_asked(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+    """The log format the flags (the last `--log-format`) or PETSTORE_LOG_FORMAT ask for, read
+    alone, for a start refused for another setting (`--port abc`, an unknown flag); `text`
+    when it is not one."""
+    asked = environ.get("PETSTORE_LOG_FORMAT")
+    for position, argument in enumerate(argv):
+        if argument == "--log-format" and position + 1 < len(argv):
+            asked = argv[position + 1]
+        elif argument.startswith("--log-format="):
+            asked = argument.partition("=")[2]
+    return "json" if asked is not None and asked.lower() == "json" else "text"
+
+
 def is_service_link(variable: str, environ: Mapping[str, str]) -> bool:
     """Whether the variable is Kubernetes' service link rather than a setting."""
     return variable == "PETSTORE_PORT" and bool(_SERVICE_LINK_PORT.fullmatch(environ[variable]))

@@ -151,23 +151,54 @@ def test_json_formatter_writes_a_name_that_is_not_utf8() -> None:
     assert json.loads(JsonFormatter().format(record))["message"] == "/d/\\udcff.jsonl: dropped"
 
 
-@pytest.mark.parametrize("where", ["data file", "address"])
-def test_a_start_that_fails_says_why_in_json(tmp_path: Path, where: str) -> None:
-    """Under --log-format json the line that stops the start (the data file, the address) is a
-    JSON object too; only a setting that can't be read at all comes before the format."""
-    flags = ["--data", str(tmp_path)] if where == "data file" else ["--host", "192.0.2.1"]
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        (["--log-format", "json", "--data", "."], {}, "data file"),
+        (["--log-format", "json", "--host", "192.0.2.1"], {}, "cannot listen"),
+        (["--log-format", "json", "--port", "abc"], {}, "--port: expected an integer"),
+        (["--port", "abc", "--log-format=JSON"], {}, "--port: expected an integer"),
+        (["--max-body", "0"], {"PETSTORE_LOG_FORMAT": "json"}, "--max-body: expected"),
+        (["--log-format", "json", "--bogus"], {}, "1 unknown argument, not shown"),
+    ],
+    ids=["data-file", "address", "a-setting", "flag-after", "variable", "unknown-flag"],
+)
+def test_a_start_that_fails_says_why_in_json(
+    flags: list[str], env: dict[str, str], message: str
+) -> None:
+    """Under --log-format json the line that stops the start is a JSON object too: the data
+    file, the address, and a setting that can't be read, once the format itself can be (it
+    was a line of text; probe 18)."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "--api-key", KEY, "--log-format", "json", *flags],
+        [sys.executable, str(ROOT / "app.py"), "--api-key", KEY, *flags],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**environment(), **env},
+        check=False,
+    )
+    assert result.returncode == 2
+    (line,) = json_lines(result.stderr)
+    assert (line["level"], line["logger"]) == ("ERROR", "petstore")
+    assert line["message"].startswith(message)
+
+
+@pytest.mark.parametrize("format_", ["text", "xml"])
+def test_a_setting_refused_without_json_asked_is_a_line_of_text(format_: str) -> None:
+    """Without JSON asked for (or with a format that is none), the refusal is one line of
+    text, as it always was."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--log-format", format_, "--port", "abc"],
         capture_output=True,
         text=True,
         timeout=30,
         env=environment(),
         check=False,
     )
-    assert result.returncode == 2
-    (line,) = json_lines(result.stderr)
-    assert (line["level"], line["logger"]) == ("ERROR", "petstore")
-    assert line["message"].startswith("data file" if where == "data file" else "cannot listen")
+    assert (result.returncode, result.stderr.splitlines()) == (
+        2,
+        ["petstore: --port: expected an integer from 0 to 65535, got 'abc'"],
+    )
 
 
 def test_uvicorn_lines_are_json_from_start_to_shutdown(start_server: ServerFactory) -> None:
