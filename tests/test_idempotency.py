@@ -10,7 +10,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -266,11 +266,24 @@ async def test_key_and_pet_are_one_line_and_survive_a_restart(tmp_path: Path) ->
         assert [pet["id"] for pet in await all_pets(http)] == [1, 2]
 
 
-async def test_a_file_with_keys_and_without_loads(tmp_path: Path) -> None:
-    """Plain lines (a file from before keys) and keyed lines mix; the keys are known."""
+@pytest.mark.parametrize(
+    "written",
+    [
+        pytest.param(lambda record: json.dumps(record, separators=(",", ":")), id="as-ours"),
+        pytest.param(lambda record: json.dumps(record, sort_keys=True), id="sorted"),
+        pytest.param(lambda record: "{ " + json.dumps(record)[1:], id="spaced"),
+    ],
+)
+async def test_a_file_with_keys_and_without_loads(
+    tmp_path: Path, written: Callable[[dict[str, Any]], str]
+) -> None:
+    """Plain lines (a file from before keys) and keyed lines mix; the keys are known. A keyed
+    line is any JSON of its members: a fixture's library may sort them, or space them (such
+    a line stopped the start as "not a Pet", probe 18)."""
     path = tmp_path / "pets.jsonl"
     pet1, pet2 = {"id": 1, **TOM}, {"id": 5, **REX}
-    path.write_bytes(line(pet1) + keyed_line(pet2, "written-by-hand", 1_700_000_000))
+    record = {"pet": pet2, "idempotencyKey": "written-by-hand", "keyedAt": 1_700_000_000}
+    path.write_bytes(line(pet1) + written(record).encode() + b"\n")
     async with serving(FileStore(str(path))) as http:
         assert await all_pets(http) == [pet1, pet2]
         again = await http.post("/v1/pets", json=REX, headers=keyed("written-by-hand"))
@@ -298,6 +311,9 @@ async def test_a_file_with_keys_and_without_loads(tmp_path: Path) -> None:
         ),
         pytest.param(b'{"pet":{"id":2,"name":"Tom"},"idempotencyKey":"k","keyedAt":1}', id="pet"),
         pytest.param(
+            b'{"idempotencyKey":"k","keyedAt":1,"pet":{"id":2,"name":"Tom"}}', id="pet-sorted"
+        ),
+        pytest.param(
             b'{"pet":{"id":2,"name":"Tom","categoryId":2},"idempotencyKey":"first","keyedAt":1}',
             id="key-twice",
         ),
@@ -308,9 +324,11 @@ def test_a_damaged_keyed_line_is_damage(tmp_path: Path, damaged: bytes) -> None:
     path = tmp_path / "pets.jsonl"
     data = keyed_line({"id": 1, **REX}, "first", 1) + damaged + b"\n" + line({"id": 3, **TOM})
     path.write_bytes(data)
-    with pytest.raises(DataFileError, match=r"line 2: "):
+    with pytest.raises(DataFileError, match=r"line 2: ") as refused:
         FileStore(str(path))
     assert path.read_bytes() == data
+    if b'"name":"Tom"}' in damaged:  # told as a keyed line's, not as a Pet's unknown fields
+        assert str(refused.value).endswith("$.pet: object missing required field `categoryId`")
 
 
 async def test_a_torn_keyed_record_is_cut(tmp_path: Path) -> None:
