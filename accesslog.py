@@ -138,7 +138,7 @@ class AccessLog:
         return header[1]
 
     # One function on purpose: each helper it called was a Python call more for every request.
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: PLR0912
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -158,11 +158,13 @@ class AccessLog:
         try:
             await self.app(scope, receive, send)
         except (Exception, asyncio.CancelledError) as error:
-            if STATUS in scope:  # too late for an Error body: uvicorn logs it and closes
-                raise
             # Cancelled: the shutdown's grace ran out (uvicorn said so, once), no fault of the
             # app's, so no traceback; answered, the task ends as it was asked to.
             cancelled = isinstance(error, asyncio.CancelledError)
+            if STATUS in scope:  # too late for an Error body: uvicorn closes the connection
+                if cancelled:  # mid-answer, to a client not reading it (probe 19)
+                    return
+                raise  # with the traceback uvicorn logs
             await (cut_off(scope) if cancelled else internal_error(scope))(scope, receive, send)
         finally:
             journal, counts, stream = self.journal, self.counts, self.stream

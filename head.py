@@ -180,17 +180,21 @@ class OneWrite:
 
     def write(self, data: bytes) -> None:
         held = self.held
-        if held is not None:
-            self.held = None
-            if len(data) <= _JOINED_AT_MOST:  # joined: uvloop writes it at once, no request
-                self.transport.write(held + data)
-            else:  # a large body not copied; libuv's queued writev costs more
-                self.transport.writelines((held, data))
-        elif self.waiting and data != _CONTINUE:  # uvicorn's, before the response starts
-            self.waiting = False
-            self.held = data
-        else:
-            self.transport.write(data)
+        try:
+            if held is not None:
+                self.held = None
+                if len(data) <= _JOINED_AT_MOST:  # joined: uvloop writes it at once, no request
+                    self.transport.write(held + data)
+                else:  # a large body not copied; libuv's queued writev costs more
+                    self.transport.writelines((held, data))
+            elif self.waiting and data != _CONTINUE:  # uvicorn's, before the response starts
+                self.waiting = False
+                self.held = data
+            else:
+                self.transport.write(data)
+        except RuntimeError:  # uvloop's, to a closed transport; asyncio's drops it in silence
+            if not self.transport.is_closing():  # the answer of a pipelined request, its
+                raise  # client gone (uvicorn marks only the request being answered: probe 19)
 
     def is_closing(self) -> bool:
         return self.transport.is_closing()

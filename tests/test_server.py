@@ -411,6 +411,51 @@ def test_trailers_without_end_are_refused(start_server: ServerFactory) -> None:
     }
 
 
+def test_pipelined_answers_to_a_client_gone_are_dropped_without_a_traceback(
+    start_server: ServerFactory,
+) -> None:
+    """A client pipelines large listPets, reads none, and leaves: the requests queued behind
+    the one being written are answered into a closed connection, dropped in silence, as
+    asyncio's transports do (uvloop's raised, and each such client left an "Exception in
+    ASGI application" and its traceback: probe 19)."""
+    server = start_server()
+    with server.client() as http:
+        for number in range(30):
+            http.post("/v1/pets", json={"name": f"{number}" * 4000, "categoryId": 1})
+    request = f"GET /v1/pets?limit=30 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(request.encode() * 8)
+        select.select([sock], [], [], 5)  # the first answer is being written
+    # The one being written and the next (uvicorn drops the rest once the client is gone).
+    wait_until(lambda: server.stdout.count('"GET /v1/pets" 200') >= 2, "two answered")
+    assert server.stop() == 0  # everything logged
+    assert "Traceback" not in server.stderr, server.stderr
+
+
+def test_an_answer_cut_off_by_the_shutdown_mid_write_leaves_no_traceback(
+    start_server: ServerFactory,
+) -> None:
+    """Large answers held by a client that reads none of them, when SIGTERM's grace runs out:
+    the one being written is cancelled mid-answer; the connection is closed, with no
+    traceback in the log (the README's promise for a request cut off; probe 19)."""
+    server = start_server()
+    with server.client() as http:
+        for number in range(100):
+            http.post("/v1/pets", json={"name": f"{number}" * 2000, "categoryId": 1})
+    request = f"GET /v1/pets?limit=100 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
+    with socket.socket() as sock:  # 20 answers of 400 KB: past what the kernel's buffers hold
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(request.encode() * 20)
+        wait_until(lambda: '"GET /v1/pets" 200' in server.stdout, "the first answered")
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(15) == 0
+    assert "timeout graceful shutdown exceeded" in server.stderr
+    assert "Traceback" not in server.stderr, server.stderr
+
+
 def test_slowloris_load_does_not_stop_the_service_answering(start_server: ServerFactory) -> None:
     """With 50 connections stalled in their request head, another client is answered at once."""
     server = start_server("--client-timeout", "3")
