@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 
 from starlette.responses import Response
@@ -96,15 +97,19 @@ class ControlPlane:
             limit = integer(text)  # None past 19 digits: more than any journal holds, so all
         if self.journal is None:  # --journal-size 0: nothing is recorded
             return JSONResponse(encoder.encode(JournalDocument(requests=[], dropped=0)))
-        entries = self.journal.entries(
-            method=filters["method"].upper() if "method" in filters else None,
-            path=filters.get("path"),
-            status=status,
-            request_id=filters.get("requestId"),
-            limit=limit,
-        )
-        document = JournalDocument(requests=entries, dropped=self.journal.dropped)
-        return JSONResponse(encoder.encode(document))
+        journal = self.journal.copy()  # as it is now: the loop records on meanwhile
+
+        def read() -> bytes:  # off the loop: a full journal took it for 0.24 s (probe 19)
+            entries = journal.entries(
+                method=filters["method"].upper() if "method" in filters else None,
+                path=filters.get("path"),
+                status=status,
+                request_id=filters.get("requestId"),
+                limit=limit,
+            )
+            return encoder.encode(JournalDocument(requests=entries, dropped=journal.dropped))
+
+        return JSONResponse(await asyncio.to_thread(read))
 
     async def clear_requests(self, scope: Scope, receive: Receive) -> Response:
         if self.journal is not None:

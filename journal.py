@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import copy
 import datetime
 import functools
 import itertools
@@ -145,6 +146,12 @@ class Journal:
             packed = bytes(memoryview(packed))
         self.ring.append(packed)
 
+    def copy(self) -> Journal:
+        """The journal as it is now, for a thread to read while the loop records on."""
+        copied = copy.copy(self)
+        copied.ring = collections.deque(self.ring, self.ring.maxlen)
+        return copied
+
     def clear(self) -> None:
         self.cleared_at = self.recorded
         self.ring.clear()
@@ -162,7 +169,7 @@ class Journal:
         wanted_id = None if request_id is None else _latin1(request_id)
         chosen = [
             recorded
-            for recorded in self._unpacked()
+            for recorded in self._unpacked(self.ring)
             if (method is None or recorded.method == method)
             and (path is None or recorded.path == path)
             and (status is None or recorded.status == status)
@@ -173,9 +180,10 @@ class Journal:
         offset = wall_minus_monotonic_ns()
         return [self._entry(recorded, offset) for recorded in chosen]
 
-    def _unpacked(self) -> list[Recorded]:
+    @staticmethod
+    def _unpacked(ring: Iterable[bytes]) -> list[Recorded]:
         """The entries in the order their requests arrived (the ring's is that of their ends)."""
-        return sorted(Recorded(*_unpack(packed)) for packed in self.ring)
+        return sorted(Recorded(*_unpack(packed)) for packed in ring)
 
     def _redact(self, text: str) -> str:
         return redact(text, self.secrets)
