@@ -139,7 +139,7 @@ class Journal:
             False,
         ]
         packed = _pack(fields)
-        if len(packed) > self.entry_most and (kept := _headers_kept(scope["headers"])):
+        if len(packed) > self.entry_most and (kept := _headers_kept(scope["headers"])) is not None:
             fields[-3:] = [kept, request_id, True]
             packed = _pack(fields)
         if len(packed) > _COPIED_OVER:  # msgspec's grown buffer is kept: 6.3 KB for 4.2 KB

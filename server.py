@@ -33,14 +33,15 @@ logger = logging.getLogger("petstore")
 # A request head (its line and headers) still unfinished this many bytes past the read it
 # began in is refused: httptools sets no limit, and would hold whatever a client sends.
 HEAD_LIMIT: Final = 64 * 1024
-# What a request may send past the read its head began in, beyond --max-body: its trailers
-# (a chunked body's headers after it, which httptools keeps whatever their size) and a read's
-# slack (uvloop reads up to 256 KiB; uvicorn buffers 64 KiB of a body its app has not read).
-AFTER_HEAD_SLACK: Final = HEAD_LIMIT + 1024 * 1024
-# A body slower than this, on average from the request's start, is cut off once the client
-# timeout has passed (Apache's mod_reqtimeout, MinRate=500): its timeout is extended a second
-# for every 500 bytes. Only stalls were cut off, and a byte every 5 s held a connection for
-# as long as the client liked (probe 19).
+# Bytes read since a request's head or its body's last piece that are none of its body: a
+# chunked body's trailers (headers httptools keeps whatever their size: 300 MB of them grew
+# the process by 300 MB, probe 19), its framing, pipelined requests' heads. Past this, the
+# server's own 400; a read is 256 KiB at most.
+UNBODIED_LIMIT: Final = HEAD_LIMIT + 1024 * 1024
+# A body slower than this on average, while the client may send it, is cut off once the
+# client timeout has passed (Apache's mod_reqtimeout, MinRate=500): its timeout is extended a
+# second for every 500 bytes. Only stalls were cut off, and a byte every 5 s held a connection
+# for as long as the client liked (probe 19).
 MIN_BODY_RATE: Final = 500
 # The longest request target httptools parses (its offsets are 16 bits).
 _TARGET_MAX: Final = 65535
@@ -63,7 +64,6 @@ class StallGuard(HttpToolsProtocol):
     """
 
     client_timeout: float = 10.0
-    after_head_limit = 1024 * 1024 + AFTER_HEAD_SLACK  # http_protocol's: by --max-body
     offers_close = False  # the test-control plane's `drop`: scope["extensions"][CLOSE_EXTENSION]
 
     @staticmethod
@@ -84,7 +84,9 @@ class StallGuard(HttpToolsProtocol):
         # The bytes of a request's head read since the read it began in; -1: no head begun
         # and unfinished.
         self._head_size = -1
-        self._after_head = 0  # the bytes read since, once the head is whole: body, trailers
+        self._unbodied = 0  # bytes read since the head or the body's last piece (UNBODIED_LIMIT)
+        self._body_bytes = 0  # of the current request's body, since its body's clock began
+        self._body_began = 0.0  # that clock (MIN_BODY_RATE), held while the client can't send
 
     # uvicorn annotates it asyncio.Transport, asyncio.Protocol a BaseTransport: mypy's override.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -160,18 +162,19 @@ class StallGuard(HttpToolsProtocol):
         """uvicorn's, and the head's limit. Written out rather than calling uvicorn's through
         super(), which cost several times what the limit does (README: Performance)."""
         if self._head_size >= 0:  # a head begun in an earlier read is not yet whole: rare
+            room = HEAD_LIMIT - self._head_size  # how far into this read it may end
             self._head_size += len(data)
-            if self._head_size > HEAD_LIMIT:
+            if self._head_size > HEAD_LIMIT and not _may_end_a_head(data, room):
                 if self._refusal is None:
                     message = f"Request head larger than {HEAD_LIMIT} bytes"
                     self.logger.warning("%s.", message)
                     self.send_400_response(message)
                 return  # not parsed: httptools would keep it all
         else:
-            self._after_head += len(data)
-            if self._after_head > self.after_head_limit:  # trailers without end (probe 19)
+            self._unbodied += len(data)
+            if self._unbodied > UNBODIED_LIMIT:  # trailers without end (probe 19)
                 if self._refusal is None:
-                    message = f"Request larger than {self.after_head_limit} bytes past its head"
+                    message = f"Request trailers larger than {UNBODIED_LIMIT} bytes"
                     self.logger.warning("%s.", message)
                     self.send_400_response(message)
                 return
@@ -216,8 +219,8 @@ class StallGuard(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._began = self._progress = self.loop.time()
-        self._head_size = self._after_head = 0
+        self._began = self._progress = self._body_began = self.loop.time()
+        self._head_size = self._unbodied = self._body_bytes = 0
         if self.offers_close:
             self.scope["extensions"] = self._extensions
 
@@ -234,11 +237,15 @@ class StallGuard(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
         self._progress = self.loop.time()
+        self._unbodied = 0
+        self._body_bytes += len(body)
 
     def _check(self) -> None:
         """Close the connection if its client owes us bytes for too long: the head, whole
         within the client timeout; the body, never stalled that long, and coming at
-        MIN_BODY_RATE on average from the request's start, past the client timeout."""
+        MIN_BODY_RATE on average, past the client timeout. While the client can't send (the
+        app has not read what it sent, or not yet asked for it after `Expect: 100-continue`:
+        a fault's delay holds a create) it owes nothing, and the body's clocks start again."""
         self._timer = None
         if self.transport.is_closing() or self.transport.get_protocol() is not self:  # lingering
             return
@@ -246,9 +253,11 @@ class StallGuard(HttpToolsProtocol):
         stalled = by_rate = now + self.client_timeout  # the client owes nothing
         if cycle is None or cycle.scope is not self.scope:  # the head: no cycle for it yet
             stalled = by_rate = self._began + self.client_timeout
+        elif self.flow.read_paused or cycle.waiting_for_100_continue:
+            self._progress, self._body_began, self._body_bytes = now, now, 0
         elif cycle.more_body:
             stalled = self._progress + self.client_timeout
-            by_rate = self._began + self.client_timeout + self._after_head / MIN_BODY_RATE
+            by_rate = self._body_began + self.client_timeout + self._body_bytes / MIN_BODY_RATE
         if now >= stalled:
             self.logger.info("closing a connection that stalled for %.1fs", self.client_timeout)
         elif now >= by_rate:
@@ -259,6 +268,12 @@ class StallGuard(HttpToolsProtocol):
             self._timer = self.loop.call_at(min(stalled, by_rate), self._check)
             return
         self.transport.close()
+
+
+def _may_end_a_head(data: bytes, within: int) -> bool:
+    """Whether a head begun in an earlier read may end in this one, `within` bytes in (then
+    the parser is the judge: pipelined requests may follow it, a read past the limit)."""
+    return data.startswith((b"\n", b"\r\n")) or b"\n\r\n" in data[: max(within, 0) + 3]
 
 
 # What notes a 400 the server answers itself: client, the client's usable request id or None,
@@ -272,7 +287,6 @@ def http_protocol(settings: Settings, note_refusal: NoteRefusal) -> type[StallGu
     400s."""
     attributes = {
         "client_timeout": settings.client_timeout,
-        "after_head_limit": settings.max_body + AFTER_HEAD_SLACK,
         "offers_close": bool(settings.admin_keys),
         "note_refusal": staticmethod(note_refusal),
     }

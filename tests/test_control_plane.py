@@ -633,8 +633,11 @@ async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
         tracemalloc.stop()
     small = {**big, "headers": [(b"host", b"x"), *pads[:2]]}
     journal_.record(small, 1001, 0, 1000, 401, b"small")
-    *_, cut, whole = journal_.entries()
+    first = {**big, "headers": [(b"x-big", b"b" * 40_000), (b"host", b"x")]}
+    journal_.record(first, 1002, 0, 1000, 401, b"first")  # nothing kept (review 20: all was)
+    *_, cut, whole, none = journal_.entries()
     assert used < 25_000_000, used
+    assert (none.headers, none.headersTruncated) == ({}, True)
     assert (list(cut.headers), cut.headersTruncated) == (["host", "x-pad-0", "x-pad-1"], True)
     assert (list(whole.headers), whole.headersTruncated) == (
         ["host", "x-pad-0", "x-pad-1"],
