@@ -21,6 +21,7 @@ if __name__ == "__main__":
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -37,7 +38,7 @@ from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from datafile import FileStore
 from docs import Docs
 from faults import Faults
-from idempotency import KeysInFlight
+from idempotency import IdempotencyConflict, KeysInFlight
 from journal import Journal
 from logs import access_log_stream, configure_logging, refuse_start, start_logging
 from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
@@ -91,8 +92,7 @@ class Health:
         self.stopping = True
 
 
-# Where PetRoutes.hold_key leaves a create's Idempotency-Key (None: sent without one).
-_KEY: Final = "petstore.idempotency_key"
+_KEY: Final = "petstore.idempotency_key"  # where PetRoutes.hold_key leaves the key it holds
 
 
 class PetRoutes:
@@ -117,16 +117,21 @@ class PetRoutes:
         return JSONResponse(encoder.encode(page.pets), 200, [(b"link", link.encode())])
 
     def hold_key(self, scope: Scope) -> Callable[[], None] | None:
-        """createPet's Idempotency-Key held from its head to its answer (KeysInFlight), left in
-        the scope for create_pet; None for any other request."""
-        if scope["method"] != "POST":
-            return None
-        key = scope[_KEY] = idempotency_key(scope)
-        return None if key is None else self.in_flight.hold(key)
+        """A create's Idempotency-Key held from its head to its answer (KeysInFlight), and left
+        in the scope; None if it has none, or one it can't hold. It refuses nothing: the fault
+        rules come first (CONTRACT), then create_pet refuses a bad key or one held by another."""
+        with contextlib.suppress(Refused, IdempotencyConflict):
+            if (key := idempotency_key(scope)) is not None:
+                release = self.in_flight.hold(key)
+                scope[_KEY] = key
+                return release
+        return None
 
     async def create_pet(self, scope: Scope, receive: Receive) -> Response:
         require_json(scope)
-        key: str | None = scope[_KEY]  # hold_key's
+        key = scope[_KEY] if _KEY in scope else idempotency_key(scope)
+        if key is not None and _KEY not in scope and key in self.in_flight:
+            raise IdempotencyConflict(key)  # another create holds it
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
         pet, replayed = await self.store.add(new_pet, key)  # its 409 or 422: Endpoint's
         location = f"{scope.get('root_path', '')}{PETS_PATH}/{pet.id}"
@@ -181,22 +186,15 @@ LOG_EVERY: Final = 0.05
 FOLD_EVERY: Final = 0.05
 
 
+@dataclasses.dataclass
 class Petstore:
     """The ASGI app: the middleware around the router, with a handle on both for tests and main."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        router: Router,
-        health: Health,
-        access_log: AccessLog,
-        plane: ControlPlane | None,
-    ) -> None:
-        self.app = app
-        self.router = router
-        self.health = health
-        self.access_log = access_log
-        self.plane = plane
+    app: ASGIApp
+    router: Router
+    health: Health
+    access_log: AccessLog
+    plane: ControlPlane | None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
@@ -272,7 +270,7 @@ def create_app(
                 {"GET": handlers.list_pets, "POST": handlers.create_pet},
                 operations={"GET": "listPets", "POST": "createPet"},
                 intercept=intercept,
-                hold=handlers.hold_key,
+                holds={"POST": handlers.hold_key},
             ),
         ),
         Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),

@@ -47,6 +47,9 @@ class KeysInFlight:
     def __init__(self) -> None:
         self._keys: set[str] = set()
 
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
+
     def hold(self, key: str) -> Callable[[], None]:
         """Hold the key, and give what lets it go; IdempotencyConflict while it is held."""
         if key in self._keys:

@@ -91,9 +91,9 @@ class Journal:
         # found whole (and redacted) before the cut is made: 12 bytes a character at most
         # (a surrogate pair's two escapes).
         self.body_kept = JOURNAL_BODY_LIMIT + 12 * max(map(len, self.secrets), default=0)
-        # A packed entry longer than this may hold too much of a head (its headers, or the
-        # target's 64 KiB): only then are its headers measured.
-        self.entry_most = self.body_kept + HEADERS_KEPT
+        # A packed entry longer than this may hold too much of a head: only then are its
+        # headers measured (a create's body alone keeps it under).
+        self.entry_most = HEADERS_KEPT
 
     @property
     def dropped(self) -> int:

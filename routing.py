@@ -176,8 +176,8 @@ class Endpoint:
     path's own headers to every one of them. `{root_path}` in a header value is the request's
     root path (set by --root-path or by the server), so links keep the proxy's prefix.
     `operations` names the operation of each method, for the interceptor, if there is one.
-    `hold`, if given, is called first (it may refuse the request) and gives what to call once
-    the response is made, or None: createPet's Idempotency-Key held until it is answered."""
+    `holds` maps a method to what is called first for its requests, and gives what to call
+    once the response is made, or None: createPet's Idempotency-Key held until answered."""
 
     def __init__(
         self,
@@ -186,10 +186,10 @@ class Endpoint:
         *,
         operations: Mapping[str, str] | None = None,
         intercept: Interceptor | None = None,
-        hold: Callable[[Scope], Callable[[], None] | None] | None = None,
+        holds: Mapping[str, Callable[[Scope], Callable[[], None] | None]] | None = None,
     ) -> None:
         self.handlers = dict(handlers)
-        self.hold = hold
+        self.holds = dict(holds or {})
         self.operations = dict(operations or {})
         if "GET" in self.handlers:
             self.handlers.setdefault("HEAD", self.handlers["GET"])
@@ -223,8 +223,8 @@ class Endpoint:
                     f"Method {scope['method']} is not allowed here; allowed: {self.allow}",
                     {"Allow": self.allow},
                 )
-            if self.hold is not None:
-                release = self.hold(scope)
+            if self.holds and (hold := self.holds.get(scope["method"])) is not None:
+                release = hold(scope)
             if self.intercept is not None and (
                 pending := self.intercept(scope, receive, self.operations)
             ):

@@ -635,9 +635,12 @@ async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
     journal_.record(small, 1001, 0, 1000, 401, b"small")
     first = {**big, "headers": [(b"x-big", b"b" * 40_000), (b"host", b"x")]}
     journal_.record(first, 1002, 0, 1000, 401, b"first")  # nothing kept (review 20: all was)
-    *_, cut, whole, none = journal_.entries()
+    just_past = {**big, "headers": [(b"x-%d" % n, b"j" * 1000) for n in range(17)]}
+    journal_.record(just_past, 1003, 0, 1000, 401, b"just")  # 17 KB: kept whole, it was
+    *_, cut, whole, none, sixteen = journal_.entries()
     assert used < 25_000_000, used
     assert (none.headers, none.headersTruncated) == ({}, True)
+    assert (len(sixteen.headers), sixteen.headersTruncated) == (16, True)
     assert (list(cut.headers), cut.headersTruncated) == (["host", "x-pad-0", "x-pad-1"], True)
     assert (list(whole.headers), whole.headersTruncated) == (
         ["host", "x-pad-0", "x-pad-1"],

@@ -416,6 +416,35 @@ async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body(
     assert pets == [{"id": 1, **REX}, {"id": 2, **TOM}]
 
 
+async def test_fault_rules_come_before_a_key_s_409_and_400() -> None:
+    """A rule applies to every create past the credential check (CONTRACT): a retry whose key
+    another create holds, or a key that is malformed, gets the rule's status first, and the
+    rule is counted down by it (review 20: the 409 and the 400 came first, and the rule's
+    503 fell on a later create)."""
+    drawn = asyncio.Event()
+
+    def chance() -> float:  # drawn as the delay rule is looked at: the first holds its key
+        drawn.set()
+        return 0.0
+
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
+    async with running(plane_app(settings, chance=chance)) as http:
+        http.headers.update(AUTH)
+        delay = {"operation": "createPet", "delayMs": 300, "probability": 0.5, "times": 1}
+        assert (await http.post("/_admin/faults", json=delay, headers=ADMIN)).status_code == 201
+        first = asyncio.create_task(http.post("/v1/pets", json=REX, headers=keyed("h")))
+        await poll(drawn.is_set)
+        rule = {"operation": "createPet", "status": 503, "times": 2}
+        assert (await http.post("/_admin/faults", json=rule, headers=ADMIN)).status_code == 201
+        retry = await http.post("/v1/pets", json=REX, headers=keyed("h"))
+        malformed = await http.post("/v1/pets", json=REX, headers=keyed('"a'))
+        later = await http.post("/v1/pets", json=TOM)
+        created = await first
+    assert created.status_code == 201
+    assert [retry.status_code, malformed.status_code, later.status_code] == [503, 503, 201]
+    assert retry.json()["code"] == malformed.json()["code"] == "injected_fault"
+
+
 async def test_concurrent_creates_with_one_key_make_one_pet_in_the_file(tmp_path: Path) -> None:
     """16 creates at once against the data file: one pet; the rest replays or 409s; no 500."""
     path = tmp_path / "pets.jsonl"
