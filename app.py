@@ -117,20 +117,21 @@ class PetRoutes:
         return JSONResponse(encoder.encode(page.pets), 200, [(b"link", link.encode())])
 
     def hold_key(self, scope: Scope) -> Callable[[], None] | None:
-        """A create's Idempotency-Key held from its head to its answer (KeysInFlight), and left
-        in the scope; None if it has none, or one it can't hold. It refuses nothing: the fault
-        rules come first (CONTRACT), then create_pet refuses a bad key or one held by another."""
-        with contextlib.suppress(Refused, IdempotencyConflict):
-            if (key := idempotency_key(scope)) is not None:
-                release = self.in_flight.hold(key)
-                scope[_KEY] = key
-                return release
-        return None
+        """A create's Idempotency-Key held from its head to its answer (KeysInFlight). It refuses
+        nothing: fault rules come first (CONTRACT); create_pet refuses a bad or held key."""
+        try:
+            key = idempotency_key(scope)
+            release = None if key is None else self.in_flight.hold(key)
+        except (Refused, IdempotencyConflict):
+            return None
+        scope[_KEY] = key  # None: none sent
+        return release
 
     async def create_pet(self, scope: Scope, receive: Receive) -> Response:
         require_json(scope)
-        key = scope[_KEY] if _KEY in scope else idempotency_key(scope)
-        if key is not None and _KEY not in scope and key in self.in_flight:
+        if _KEY in scope:  # held by hold_key, or none sent
+            key = scope[_KEY]
+        elif (key := idempotency_key(scope)) is not None and key in self.in_flight:
             raise IdempotencyConflict(key)  # another create holds it
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
         pet, replayed = await self.store.add(new_pet, key)  # its 409 or 422: Endpoint's
