@@ -372,14 +372,15 @@ async def test_in_flight_key_is_409_then_a_replay(
     assert len(path.read_bytes().splitlines()) == 1
 
 
-async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body() -> None:
-    """The first create with a key is in flight as soon as its head arrives: held by a fault
-    rule's delay, or with its body still coming, a retry meanwhile is a 409 that stores
-    nothing, and the first is answered as usual, a 201 that is no replay (probe 18: the retry
-    made the pet, and the first came back `Idempotent-Replayed`)."""
+@asynccontextmanager
+async def a_held_create(
+    key: str,
+) -> AsyncIterator[tuple[httpx.AsyncClient, asyncio.Task[httpx.Response]]]:
+    """A service with the plane on, and a create with `key` held 300 ms by a fault rule's delay:
+    yielded once it is in the app, its key held (the rule's draw is the sign)."""
     drawn = asyncio.Event()
 
-    def chance() -> float:  # drawn as the rule is looked at: the request is in the app
+    def chance() -> float:
         drawn.set()
         return 0.0
 
@@ -388,8 +389,17 @@ async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body(
         http.headers.update(AUTH)
         rule = {"operation": "createPet", "delayMs": 300, "probability": 0.5, "times": 1}
         assert (await http.post("/_admin/faults", json=rule, headers=ADMIN)).status_code == 201
-        delayed = asyncio.create_task(http.post("/v1/pets", json=REX, headers=keyed("d")))
+        held = asyncio.create_task(http.post("/v1/pets", json=REX, headers=keyed(key)))
         await poll(drawn.is_set)
+        yield http, held
+
+
+async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body() -> None:
+    """The first create with a key is in flight as soon as its head arrives: held by a fault
+    rule's delay, or with its body still coming, a retry meanwhile is a 409 that stores
+    nothing, and the first is answered as usual, a 201 that is no replay (probe 18: the retry
+    made the pet, and the first came back `Idempotent-Replayed`)."""
+    async with a_held_create("d") as (http, delayed):
         retry = await http.post("/v1/pets", json=REX, headers=keyed("d"))
         first = await delayed
 
@@ -421,19 +431,7 @@ async def test_fault_rules_come_before_a_key_s_409_and_400() -> None:
     another create holds, or a key that is malformed, gets the rule's status first, and the
     rule is counted down by it (review 20: the 409 and the 400 came first, and the rule's
     503 fell on a later create)."""
-    drawn = asyncio.Event()
-
-    def chance() -> float:  # drawn as the delay rule is looked at: the first holds its key
-        drawn.set()
-        return 0.0
-
-    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
-    async with running(plane_app(settings, chance=chance)) as http:
-        http.headers.update(AUTH)
-        delay = {"operation": "createPet", "delayMs": 300, "probability": 0.5, "times": 1}
-        assert (await http.post("/_admin/faults", json=delay, headers=ADMIN)).status_code == 201
-        first = asyncio.create_task(http.post("/v1/pets", json=REX, headers=keyed("h")))
-        await poll(drawn.is_set)
+    async with a_held_create("h") as (http, first):
         rule = {"operation": "createPet", "status": 503, "times": 2}
         assert (await http.post("/_admin/faults", json=rule, headers=ADMIN)).status_code == 201
         retry = await http.post("/v1/pets", json=REX, headers=keyed("h"))
