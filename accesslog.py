@@ -119,10 +119,15 @@ class AccessLog:
         return next(self.made_ids)
 
     def note_refusal(
-        self, client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int
+        self,
+        client: tuple[str, int] | None,
+        request_id: bytes | None,
+        elapsed_ns: int,
+        status: int = 400,
     ) -> bytes:
         """Note a request the server answered itself, never passing through this layer: a 400
-        to bytes it can't parse (server.StallGuard). Its line has `-` for the method and the
+        to bytes it can't parse (server.StallGuard), a 413 to a Content-Length past 64 bits.
+        Its line has `-` for the method and the
         path, the metrics count it as method and route `other`; its id is the client's (given
         when usable) or one made now, and is returned."""
         header = (
@@ -131,10 +136,10 @@ class AccessLog:
             else next(self.made_ids, None) or self.refill_ids()
         )
         if self.counts is not None:
-            self.counts.pending[OTHER, OTHER, 400].append(elapsed_ns)
+            self.counts.pending[OTHER, OTHER, status].append(elapsed_ns)
         if self.stream:
             started = time.perf_counter_ns() - elapsed_ns
-            self.entries.append((client, "-", "-", 400, elapsed_ns, header, started))
+            self.entries.append((client, "-", "-", status, elapsed_ns, header, started))
         return header[1]
 
     # One function on purpose: each helper it called was a Python call more for every request.

@@ -68,11 +68,12 @@ class StallGuard(HttpToolsProtocol):
 
     @staticmethod
     def note_refusal(
-        client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int
+        client: tuple[str, int] | None, request_id: bytes | None, elapsed_ns: int, status: int
     ) -> bytes:
-        """Note a 400 this protocol answers itself; the id it carries (the client's, or a made
-        one). http_protocol() hands in AccessLog.note_refusal, which writes its line, counts it and
-        makes one of the process's ids; this one serves `--http server:StallGuard`."""
+        """Note a 400 (a 413) this protocol answers itself; the id it carries (the client's, or a
+        made one). http_protocol() hands in AccessLog.note_refusal, which writes its line,
+        counts it and makes one of the process's ids; this one serves `--http
+        server:StallGuard`."""
         return request_id or secrets.token_hex(8).encode()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -105,7 +106,7 @@ class StallGuard(HttpToolsProtocol):
             self._timer.cancel()
         super().connection_lost(exc)
 
-    def send_400_response(self, msg: str) -> None:
+    def send_400_response(self, msg: str, status: int = 400) -> None:
         """uvicorn's answer to bytes it can't parse as a request (it has logged a warning), as
         every answer of ours: an Error body, validation_error, with an X-Request-Id (the
         client's when its header came before the fault, else a made one); then it closes, as
@@ -122,13 +123,15 @@ class StallGuard(HttpToolsProtocol):
                 break
         elapsed_ns = int((self.loop.time() - self._began) * 1e9)
         message = f"{msg.removesuffix('.')}; the connection is closed"
-        body = encoder.encode(Error(code=ErrorCode.VALIDATION_ERROR, message=message, status=400))
+        code = ErrorCode.PAYLOAD_TOO_LARGE if status == 413 else ErrorCode.VALIDATION_ERROR
+        body = encoder.encode(Error(code=code, message=message, status=status))
         head = [
-            STATUS_LINE[400],
+            STATUS_LINE[status],
             *(b"%s: %s\r\n" % header for header in self.server_state.default_headers),
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
-            b"x-request-id: %s\r\n" % self.note_refusal(self.client, request_id, elapsed_ns),
+            b"x-request-id: %s\r\n"
+            % self.note_refusal(self.client, request_id, elapsed_ns, status),
             b"connection: close\r\n\r\n",
         ]
         self._refusal = b"".join(head) + body
@@ -190,8 +193,12 @@ class StallGuard(HttpToolsProtocol):
                 if len(self.url) > _TARGET_MAX:
                     reason = f"request target longer than {_TARGET_MAX} bytes"
             self.logger.warning("Invalid HTTP request received: %s.", reason)
+            overflow = reason == "Content-Length overflow"  # 2**64 or more: over any limit
             self.send_400_response(
-                f"Invalid HTTP request received: {reason[:1].lower()}{reason[1:]}"
+                "The body is over the limit: its Content-Length overflows 64 bits"
+                if overflow
+                else f"Invalid HTTP request received: {reason[:1].lower()}{reason[1:]}",
+                413 if overflow else 400,
             )
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():  # never, with ws="none": kept for other settings
@@ -277,8 +284,8 @@ def _may_end_a_head(data: bytes, within: int) -> bool:
 
 
 # What notes a 400 the server answers itself: client, the client's usable request id or None,
-# nanoseconds since the request began; returns the id the answer carries.
-NoteRefusal = Callable[[tuple[str, int] | None, bytes | None, int], bytes]
+# nanoseconds since the request began, its status; returns the id the answer carries.
+NoteRefusal = Callable[[tuple[str, int] | None, bytes | None, int, int], bytes]
 
 
 def http_protocol(settings: Settings, note_refusal: NoteRefusal) -> type[StallGuard]:

@@ -1321,6 +1321,30 @@ def test_a_transfer_coding_but_chunked_is_415(
     assert status == "HTTP/1.1 201 Created"
 
 
+@pytest.mark.parametrize("length", [2**64, 10**23])
+def test_a_content_length_past_64_bits_is_a_413(start_server: ServerFactory, length: int) -> None:
+    """A Content-Length over the limit is a 413 (CONTRACT), however many digits it has: past
+    64 bits the parser refuses it, and that refusal is the 413 too (it was a 400
+    `validation_error`, probe 18), with the client's id, the connection closed."""
+    server = start_server()
+    head = POST_HEAD.replace(b"Content-Length: 100", b"Content-Length: %d" % length)
+    status, headers, body = exchange_raw(
+        server.port, head.replace(b"Host: x", b"X-Request-Id: big")
+    )
+    assert (status, headers["x-request-id"], headers["connection"]) == (
+        "HTTP/1.1 413 Request Entity Too Large",
+        "big",
+        "close",
+    )
+    assert json.loads(body) == {
+        "code": "payload_too_large",
+        "message": "The body is over the limit: its Content-Length overflows 64 bits; the"
+        " connection is closed",
+        "status": 413,
+    }
+    assert server.wait_for_output('"- -" 413 ').count(" big\n") == 1
+
+
 BAD_LENGTH: Final = "invalid character in Content-Length"
 
 
