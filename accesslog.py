@@ -126,10 +126,9 @@ class AccessLog:
         status: int = 400,
     ) -> bytes:
         """Note a request the server answered itself, never passing through this layer: a 400
-        to bytes it can't parse (server.StallGuard), a 413 to a Content-Length past 64 bits.
-        Its line has `-` for the method and the
-        path, the metrics count it as method and route `other`; its id is the client's (given
-        when usable) or one made now, and is returned."""
+        to bytes it can't parse (protocol.StallGuard), a 413 to a Content-Length past 64 bits.
+        Its line has `-` for the method and the path, the metrics count it as method and route
+        `other`; its id is the client's (given when usable) or one made now, and is returned."""
         header = (
             (_ID_HEADER_NAME, request_id)
             if request_id is not None

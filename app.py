@@ -53,6 +53,7 @@ from parsing import (
     read_body,
     require_json,
 )
+from protocol import http_protocol
 from routing import (
     BytesResponse,
     Endpoint,
@@ -73,7 +74,7 @@ from schemas import (
     ErrorCode,
     encoder,
 )
-from server import bound_socket, http_protocol, serve
+from server import bound_socket, serve
 from settings import Settings, SettingsError, load_settings, log_format_asked, with_key
 from store import PetStore
 

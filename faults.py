@@ -24,7 +24,7 @@ from schemas import (
     Operation,
 )
 
-# The ASGI scope extension through which the HTTP protocol (server.StallGuard) lets the app
+# The ASGI scope extension through which the HTTP protocol (protocol.StallGuard) lets the app
 # close the connection without a byte of answer ({"close": callable}); uvicorn has no way.
 CLOSE_EXTENSION: Final = "petstore.close"
 

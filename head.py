@@ -84,7 +84,7 @@ class QuickHead(RequestResponseCycle):
     The bytes and the checks are uvicorn's own. Anything else goes through uvicorn's `send`: a
     body; a head with a header `_line` refuses, or without Content-Length where uvicorn would
     go chunked, or with an unknown status; a connection not kept alive; write flow paused;
-    uvicorn's access log on. uvicorn makes every cycle one of these: server.py points the
+    uvicorn's access log on. uvicorn makes every cycle one of these: protocol.py points the
     name it builds them by at this class (assigning `__class__` to each cycle instead cost
     7.4k instructions a request more: the interpreter's attribute caches missed)."""
 

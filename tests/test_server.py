@@ -27,8 +27,8 @@ import uvicorn
 from starlette.types import Message, Scope
 
 from app import Petstore
+from protocol import http_protocol
 from routing import cut_off
-from server import http_protocol
 from settings import Settings
 from tests.conftest import (
     KEY,
