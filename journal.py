@@ -91,9 +91,6 @@ class Journal:
         # found whole (and redacted) before the cut is made: 12 bytes a character at most
         # (a surrogate pair's two escapes).
         self.body_kept = JOURNAL_BODY_LIMIT + 12 * max(map(len, self.secrets), default=0)
-        # A packed entry longer than this may hold too much of a head: only then are its
-        # headers measured (a create's body alone keeps it under).
-        self.entry_most = HEADERS_KEPT
 
     @property
     def dropped(self) -> int:
@@ -139,7 +136,9 @@ class Journal:
             False,
         ]
         packed = _pack(fields)
-        if len(packed) > self.entry_most and (kept := _headers_kept(scope["headers"])) is not None:
+        # Only a packed entry past HEADERS_KEPT may hold too much of a head (a create's body
+        # alone keeps it under): only then are its headers measured.
+        if len(packed) > HEADERS_KEPT and (kept := _headers_kept(scope["headers"])) is not None:
             fields[-3:] = [kept, request_id, True]
             packed = _pack(fields)
         if len(packed) > _COPIED_OVER:  # msgspec's grown buffer is kept: 6.3 KB for 4.2 KB
