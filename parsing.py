@@ -139,19 +139,20 @@ def require_json(scope: Scope) -> None:
         if name == b"content-type":
             if content_type is None:
                 content_type = value.decode("latin-1")
-        elif name == b"content-encoding":
-            encoding = value.decode("latin-1")
-        elif name == b"transfer-encoding":  # each of several: one list (RFC 9110 5.3)
+        elif name == b"content-encoding":  # each of several: one list (RFC 9110 5.3)
+            encoding = value if encoding is None else b"%s,%s" % (encoding, value)
+        elif name == b"transfer-encoding":  # the same
             transfer = value if transfer is None else b"%s,%s" % (transfer, value)
     if not is_json(content_type):
         raise Refused(
             415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json (UTF-8)"
         )
-    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+    if encoding is not None and any(coding != b"identity" for coding in _codings(encoding)):
         raise Refused(
             415,
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-            f"Content-Encoding {encoding.strip()!r} is not supported: send the body as it is",
+            f"Content-Encoding {encoding.decode('latin-1').strip()!r} is not supported: send the"
+            " body as it is",
         )
     if transfer is not None and _codings(transfer) != [b"chunked"]:
         raise Refused(
@@ -162,9 +163,10 @@ def require_json(scope: Scope) -> None:
         )
 
 
-def _codings(transfer_encoding: bytes) -> list[bytes]:
-    """The transfer codings a Transfer-Encoding lists, in lower case, parameters and all."""
-    return [coding.strip().lower() for coding in transfer_encoding.split(b",") if coding.strip()]
+def _codings(listed: bytes) -> list[bytes]:
+    """The codings a Content-Encoding or Transfer-Encoding lists, in lower case, parameters
+    and all."""
+    return [coding.strip().lower() for coding in listed.split(b",") if coding.strip()]
 
 
 def is_json(content_type: str | None) -> bool:

@@ -471,6 +471,19 @@ async def test_a_content_encoding_other_than_identity_is_415(client: httpx.Async
     assert plain.status_code == 201
 
 
+async def test_several_content_encodings_are_one_list(client: httpx.AsyncClient) -> None:
+    """Several Content-Encoding headers are one list (RFC 9110 5.3): `gzip` then `identity` is
+    a 415 (the last one was read alone: a 201, the gzip-declared body read as JSON)."""
+    body = json.dumps({"name": "Rex", "categoryId": 1}).encode()
+    twice = [("Content-Type", JSON), ("Content-Encoding", "gzip"), ("Content-Encoding", "identity")]
+    refused = await client.post("/v1/pets", content=body, headers=twice)
+    message = assert_error(refused, 415, "unsupported_media_type")
+    assert message == "Content-Encoding 'gzip,identity' is not supported: send the body as it is"
+    assert await list_all(client) == []
+    both_identity = [("Content-Type", JSON), ("Content-Encoding", "identity, IDENTITY")]
+    assert (await client.post("/v1/pets", content=body, headers=both_identity)).status_code == 201
+
+
 @pytest.mark.parametrize(
     "content_type",
     [
