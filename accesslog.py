@@ -1,4 +1,4 @@
-"""The access log and request ids: AccessLog, the outermost layer, and the lines it writes."""
+"""The access log and request ids: AccessLog, the outermost layer but RootPath, and its lines."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from journal import Journal, rfc3339, wall_minus_monotonic_ns
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
-from redaction import redact
+from redaction import longest_first, redact
 from routing import REQUEST_ID_HEADER, STATUS, cut_off, internal_error
 from schemas import encoder
 
@@ -52,10 +52,15 @@ class AccessLine(msgspec.Struct):
 
 
 # A status as a text line writes it (None: dropped, no answer), for HTTP's every three digits:
-# a lookup costs a line 1.3k instructions less than formatting the number.
+# looked up rather than formatted (a line cost 5.4k instructions, 4.5k with this and the
+# paths' check by bytes.translate; bench/HISTORY.md).
 _STATUS_TEXT: Final = {None: "-"} | {status: str(status) for status in range(100, 1000)}
 # Lines formatted between two turns of the event loop: about 0.2 ms of work.
 _LINES_A_CHUNK: Final = 256
+# How often the lines are written (the lifespan's drain_every): a request's fields wait at
+# most this long for theirs. Every 0.5 s, thousands of requests' fields stayed alive at once,
+# which cost throughput (bench/HISTORY.md, 2026-11-24).
+LOG_EVERY: Final = 0.05
 # A request as the access log notes it: client, method, path, status (None: dropped, no
 # answer), duration (ns), request id, and when it arrived (time.perf_counter_ns).
 _Entry = tuple[tuple[str, int] | None, str, str, int | None, int, tuple[bytes, bytes], int]
@@ -65,12 +70,13 @@ class AccessLog:
     """One line per request (client, method, path, status, duration in microseconds, request
     id), never a header; no lines at all when `stream` is None (log level warning and above).
 
-    Being the outermost of our layers, it gives each request its id (scope[REQUEST_ID_HEADER]): the
-    client's own X-Request-Id when that is 1 to 128 visible ASCII characters, else one made of
-    a per-process random prefix and a counter (made 256 at a time; uuid4 costs two microseconds).
+    Being the outermost of our layers (but RootPath, which only moves the path), it gives each
+    request its id (scope[REQUEST_ID_HEADER]): the client's own X-Request-Id when that is 1 to
+    128 visible ASCII characters, else one made of a per-process random prefix and a counter
+    (made 256 at a time; uuid4 costs two microseconds).
 
     A request costs one tuple appended to a list; `drain()`, which the lifespan calls every 50
-    ms (app.LOG_EVERY), turns them into lines and writes them, 256 at a time. Writing each line
+    ms (LOG_EVERY), turns them into lines and writes them, 256 at a time. Writing each line
     as its request ended, through a `send` wrapper that caught the status, cost 3 % of a
     getPet's instructions more (bench/instructions.py); stdlib logging costs tens of
     microseconds. Being the layer that sees how each request ended, it also answers the
@@ -98,10 +104,9 @@ class AccessLog:
         self.counts = counts
         self.json_lines = json_lines
         # Each secret as the lines write it: a path is escaped in the text (a password may
-        # hold a quote), and JSON escapes its own; redacted in the chunk, longest first.
+        # hold a quote), and JSON escapes its own; redacted in the chunk.
         escape = _json_escaped if json_lines else _escaped
-        written = {form for secret in secrets if secret for form in (secret, escape(secret))}
-        self.secrets = tuple(sorted(written, key=lambda form: (-len(form), form)))
+        self.secrets = longest_first(form for s in secrets if s for form in (s, escape(s)))
         self.entries: list[_Entry] = []
         self.id_prefix = token_hex(4).encode() + b"-"
         self.id_blocks = itertools.count(1)  # of 256 ids: the counter's digits but the last two
@@ -200,6 +205,12 @@ class AccessLog:
         entries, self.entries = self.entries, []
         self._write(self._lines(entries))
         self._flush_stream()
+
+    async def drain_every(self, seconds: float) -> None:
+        """Drain, every `seconds`, until cancelled (the lifespan's task)."""
+        while True:
+            await asyncio.sleep(seconds)
+            await self.drain()
 
     async def drain(self) -> None:
         """Write out the lines of the requests that ended since the last call, formatted a

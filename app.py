@@ -33,7 +33,7 @@ from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import STARTUP_FAILURE
 
-from accesslog import AccessLog
+from accesslog import LOG_EVERY, AccessLog
 from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
 from datafile import FileStore
 from docs import Docs
@@ -41,7 +41,7 @@ from faults import Faults
 from idempotency import IdempotencyConflict, KeysInFlight
 from journal import Journal
 from logs import access_log_stream, configure_logging, refuse_start, start_logging
-from metrics import CONTENT_TYPE_LATEST, Metrics, RequestCounts
+from metrics import CONTENT_TYPE_LATEST, FOLD_EVERY, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
 from opening import check_workers, open_store, warn_of_unread
@@ -65,6 +65,7 @@ from routing import (
 )
 from schemas import (
     ADMIN_REALM,
+    API_PREFIX,
     BEARER_REALM,
     DEPRECATION,
     INT64_MAX,
@@ -82,7 +83,8 @@ __all__ = ["Petstore", "create_app", "main"]
 
 
 class Health:
-    """What /readyz reports: the store is loaded and the process is not shutting down."""
+    """What /readyz reports of the process: the store is loaded and it is not shutting down
+    (and, of the store, that it takes creates: PetRoutes.readyz)."""
 
     def __init__(self) -> None:
         self.started = False
@@ -174,18 +176,10 @@ class PetRoutes:
 
 # --------------------------------------------------------------------------- the app
 
-OPENAPI_PATH: Final = "/v1/openapi.json"
+OPENAPI_PATH: Final = f"{API_PREFIX}/openapi.json"
 METRICS_PATH: Final = "/metrics"
-API_AREA: Final = Area("/v1", BEARER_REALM, "API key", frozenset({OPENAPI_PATH}))
+API_AREA: Final = Area(API_PREFIX, BEARER_REALM, "API key", frozenset({OPENAPI_PATH}))
 ADMIN_AREA: Final = Area(ADMIN_PREFIX, ADMIN_REALM, "admin key", frozenset({ADMIN_OPENAPI_PATH}))
-
-# How often the access log's lines are written: a request's fields wait at most this long for
-# theirs. Every 0.5 s, thousands of requests' fields stayed alive at once, which cost
-# throughput (bench/HISTORY.md, 2026-11-24).
-LOG_EVERY: Final = 0.05
-# How often the requests' durations are folded into the metrics' counts: each fold is then
-# about as long as one chunk of the access log's lines (_fold_every).
-FOLD_EVERY: Final = 0.05
 
 
 @dataclasses.dataclass
@@ -230,14 +224,14 @@ def create_app(
         # `log` is the AccessLog layer, made below around the others, and `counts` its counts.
         tasks = []
         if access_log:
-            tasks.append(asyncio.create_task(_drain_every(log, LOG_EVERY)))
+            tasks.append(asyncio.create_task(log.drain_every(LOG_EVERY)))
         if counts is not None:
-            tasks.append(asyncio.create_task(_fold_every(counts, FOLD_EVERY)))
+            tasks.append(asyncio.create_task(counts.fold_every(FOLD_EVERY)))
         health.started = True
         try:
             yield
         finally:
-            health.stopping = True
+            health.stop()
             for task in tasks:
                 task.cancel()
             # Cancelled, the drain puts back the entries it had not formatted: flush after it.
@@ -303,22 +297,6 @@ def create_app(
     return Petstore(app, router, health, log, plane)
 
 
-async def _drain_every(log: AccessLog, seconds: float) -> None:
-    while True:
-        await asyncio.sleep(seconds)
-        await log.drain()
-
-
-async def _fold_every(counts: RequestCounts, seconds: float) -> None:
-    """Fold the requests' durations into the metrics' counts (a scrape also does it first).
-    Often, so that each fold is short: 15,000 durations (half a second at 30,000 requests a
-    second) took 2.5 ms to fold, holding every request waiting behind it; a twentieth of
-    that is about as long as one chunk of the access log's lines."""
-    while True:
-        await asyncio.sleep(seconds)
-        counts.fold()
-
-
 def build(settings: Settings) -> Petstore:
     """The app for these settings, over the store they ask for; SettingsError if it can't be."""
     return create_app(settings, open_store(settings), access_log=access_log_stream(settings))
@@ -329,10 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     answered above, before the imports)."""
     argv = sys.argv[1:] if argv is None else argv
     if sys.stdout is None:  # closed by whoever started us: Python could not open it
-        print(
-            "petstore: stdout is closed: start with it open (>/dev/null drops the access log)",
-            file=sys.stderr,
-        )
+        refuse_start("stdout is closed: start with it open (>/dev/null drops the access log)", None)
         return 2
     try:
         settings, key_line = with_key(load_settings(argv, os.environ))
@@ -388,10 +363,7 @@ def __getattr__(name: str) -> Any:
         if key_line:  # uvicorn listens only once we are built: said before that, once
             app.access_log.announce(key_line)
     except SettingsError as error:
-        # One write, the line and its end together: print() writes them apart, and the
-        # other workers, refusing at the same moment on the same stderr, came in between.
-        sys.stderr.write(f"petstore: {error}\n")
-        sys.stderr.flush()
+        refuse_start(str(error), None)  # in text: the settings that would ask for JSON failed
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None

@@ -73,7 +73,7 @@ class DatabaseStore:
         self, url: str, seed: Sequence[SeedPet] = (), *, where: str, password: str | None
     ) -> None:
         self.url = url
-        self.where = where  # the database as logs name it (settings.describe)
+        self.where = where  # the database as logs name it (database_url.describe)
         self._password = password  # the driver's (the URL's or PGPASSWORD's), kept out of errors
         self._seed = seed
         self._prepared = False  # the tables are there, with our schema version

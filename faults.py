@@ -13,7 +13,8 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from routing import BODY, STATUS, Interception, error_response, invalid
+from parsing import read_body_start
+from routing import STATUS, Interception, error_response, invalid
 from schemas import (
     DELAY_MAX_MS,
     INJECTABLE_STATUSES,
@@ -95,7 +96,9 @@ class Faults:
         """None for a request without a fault (most requests, decided without an await), else
         the wait and the Interception. `operations`: the operation of each method here."""
         prefer = None
-        for name, value in scope["headers"]:  # parsing.header inline: this runs for every request
+        # Every Prefer header, joined (RFC 7240: one list); a loop here, not a helper's call:
+        # this runs for each request of the three operations while the plane is on.
+        for name, value in scope["headers"]:
             if name == b"prefer":  # several Prefer headers are one list (RFC 7240, 2)
                 prefer = value if prefer is None else b"%s,%s" % (prefer, value)
         fault = None if prefer is None else preferred_fault(prefer.decode("latin-1"))
@@ -119,7 +122,7 @@ class Faults:
             return Interception(_Unanswered())
         if fault.status is not None:
             if self.journaled and scope["method"] == "POST":  # nothing of it is carried out
-                await _read_some(scope, receive, self.journaled)
+                await read_body_start(scope, receive, self.journaled)
             return Interception(_injected(fault))
         return Interception(None, [(b"preference-applied", fault.applied.encode())])
 
@@ -191,22 +194,6 @@ class _Unanswered(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope[STATUS] = None
-
-
-async def _read_some(scope: Scope, receive: Receive, most: int) -> None:
-    """Read the body into scope[BODY] (as parsing.read_body leaves it, for the journal) until
-    it ends or passes `most` bytes; the rest is left unread."""
-    chunks: list[bytes] = []
-    scope[BODY] = chunks
-    size = 0
-    while size <= most:
-        message = await receive()
-        if message["type"] != "http.request":  # the client left
-            return
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if not message.get("more_body", False):
-            return
 
 
 async def _drop(scope: Scope, receive: Receive) -> None:

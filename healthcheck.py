@@ -1,9 +1,10 @@
 """`python app.py healthcheck`: whether the service the settings describe answers /healthz.
 
 With `--ready`, /readyz instead. The image's HEALTHCHECK runs it every 10 s, so it imports the
-standard library, settings.py and flags.py only (app.py runs it before its own imports):
-importing the whole service each time cost more CPU than the check, and under `--cpus 0.1`
-more than the check's 3 s (README: Running in a container)."""
+standard library and settings.py (with flags.py, database_url.py and redaction.py) only
+(app.py runs it before its own imports): importing the whole service each time cost more CPU
+than the check, and under `--cpus 0.1` more than the check's 3 s (README: Running in a
+container)."""
 
 from __future__ import annotations
 

@@ -16,10 +16,13 @@ from typing import Final, NamedTuple
 import msgspec
 from starlette.types import Scope
 
-from redaction import REDACTED, redact, redact_encoded
+from redaction import REDACTED, longest_first, redact, redact_encoded
 from routing import BODY, route_path
-from schemas import JOURNAL_BODY_LIMIT, JournalEntry
+from schemas import API_PREFIX, JOURNAL_BODY_LIMIT, JournalEntry
 
+# The paths under API_PREFIX: from these up to (not including) those (Journal.record).
+_UNDER_API: Final = f"{API_PREFIX}/"
+_PAST_API: Final = f"{API_PREFIX}0"
 # Never given out: they carry credentials.
 _UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-authorization"})
 
@@ -33,7 +36,8 @@ class Recorded(NamedTuple):
     path: str  # without the root path
     status: int | None  # None: no answer (the connection was dropped)
     # createPet's (the one body read under /v1), cut to Journal.body_kept bytes (more than
-    # JOURNAL_BODY_LIMIT: truncated); None when none was read (a 401, an injected status).
+    # JOURNAL_BODY_LIMIT: truncated); an injected status's create reads that much of it first
+    # (Faults.journaled); None when none was read (a read, a 401, a drop).
     body: bytes | None
     method: str
     query: bytes
@@ -82,9 +86,9 @@ class Journal:
         self.cleared_at = 0  # what `recorded` was at the last clear
         # Each also as its UTF-8 read as Latin-1, as a header's value, the query and the
         # request id are decoded: a password with a letter past ASCII is written so there.
-        # Longest first, as Settings.secrets.
-        forms = {form for s in secrets if s for form in (s, s.encode().decode("latin-1"))}
-        self.secrets = tuple(sorted(forms, key=lambda form: (-len(form), form)))
+        self.secrets = longest_first(
+            form for s in secrets if s for form in (s, s.encode().decode("latin-1"))
+        )
         # A secret in a body as JSON may write it: each character as itself or escaped.
         self.in_json = re.compile("|".join(map(_json_forms, self.secrets)) or "(?!)")
         # A body is kept this far past the limit, so that a key that straddles the cut is
@@ -116,7 +120,7 @@ class Journal:
             path = route_path(scope)
         # Under /v1: from "/v1/" up to "/v10" ("0" follows "/"), as middleware.Credentials
         # tells its prefix (str.startswith parses its arguments as a tuple: 1k instructions).
-        if not ("/v1/" <= path < "/v10" or path == "/v1"):
+        if not (_UNDER_API <= path < _PAST_API or path == API_PREFIX):
             return
         body = None
         if BODY in scope:  # one chunk: joined and cut without a copy

@@ -22,7 +22,7 @@ import uvicorn.config
 from uvicorn.config import LOG_LEVELS
 
 from journal import rfc3339
-from redaction import redact, redact_encoded
+from redaction import longest_first, redact, redact_encoded
 from schemas import encoder
 from settings import Settings, cautions
 
@@ -43,7 +43,7 @@ class Redact(logging.Filter):
 
     def __init__(self, secrets: Sequence[str] = ()) -> None:
         super().__init__()
-        self.secrets = tuple(secret for secret in secrets if secret)
+        self.secrets = longest_first(secrets)
 
     def redact(self, text: str) -> str:
         """`text` with each secret in it redacted, as written or percent-encoded: a client may
@@ -286,7 +286,11 @@ def refuse_start(reason: str, settings: Settings | None) -> None:
         logger.error("%s", reason)
         wait_for_outlets()
     else:
-        print(f"petstore: {reason}", file=sys.stderr)
+        # One write, the line and its end together: print() writes them apart, and other
+        # workers of `uvicorn app:app`, refusing at the same moment on the same stderr, came
+        # in between.
+        sys.stderr.write(f"petstore: {reason}\n")
+        sys.stderr.flush()
 
 
 def write_stdout(text: str) -> None:
@@ -312,7 +316,7 @@ def access_log_stream(settings: Settings) -> TextIO | None:
         return None
     # A buffer of its own on stdout: PYTHONUNBUFFERED (set in many images) would otherwise
     # turn every line into a write(2). The Outlet's thread writes and flushes each drain's
-    # lines (every 50 ms: app.LOG_EVERY) as the reader takes them.
+    # lines (every 50 ms: accesslog.LOG_EVERY) as the reader takes them.
     stdout = open(  # noqa: SIM115 - the Outlet's, for the life of the process
         sys.stdout.fileno(),
         "w",

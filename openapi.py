@@ -9,6 +9,7 @@ import msgspec
 
 from idempotency import RETAIN_KEYS, RETAIN_SECONDS
 from schemas import (
+    API_PREFIX,
     DEPRECATION,
     IDEMPOTENCY_HEADER_PATTERN,
     INJECTABLE_STATUSES,
@@ -111,7 +112,7 @@ def not_json_response() -> Any:
     """The 415 of parsing.require_json."""
     return error(
         "The Content-Type is not JSON, or the body is encoded (a Content-Encoding other than"
-        " identity)",
+        " identity, a transfer coding other than chunked)",
         ErrorCode.UNSUPPORTED_MEDIA_TYPE,
     )
 
@@ -261,7 +262,7 @@ def openapi_document(root_path: str = "", *, injected: bool = False) -> dict[str
             "description": "List, add and fetch the animals of a store.",
             "license": {"name": "MIT", "identifier": "MIT"},
         },
-        "servers": [{"url": f"{root_path}/v1"}],
+        "servers": [{"url": f"{root_path}{API_PREFIX}"}],
         "tags": [{"name": "animals", "description": "The store's animals"}],
         "security": [{"bearerAuth": []}],
         "paths": {

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 import msgspec
 
 from database import DatabaseStore
+from database_url import describe
 from datafile import FileStore
 from parsing import json_problem, not_json_reason
 from records import DataFileError
 from schemas import SeedPet, seed_decoder
-from settings import Settings, SettingsError, describe, is_service_link
+from settings import Settings, SettingsError, is_service_link
 from store import MemoryStore, PetStore, seed_pets
 from tables import DatabaseError
 

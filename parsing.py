@@ -199,7 +199,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The whole body, refused early (by Content-Length) or as soon as it passes `limit`. What
     was read of it stays in scope[BODY], as chunks (the journal keeps createPet's)."""
     declared = header(scope, b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     scope[BODY] = chunks
@@ -215,6 +215,22 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             raise _too_large(limit)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def read_body_start(scope: Scope, receive: Receive, most: int) -> None:
+    """Read the body into scope[BODY], as read_body does (for the journal: an injected status's
+    create), until it ends or passes `most` bytes; the rest is left unread."""
+    chunks: list[bytes] = []
+    scope[BODY] = chunks
+    size = 0
+    while size <= most:
+        message = await receive()
+        if message["type"] != "http.request":  # the client left
+            return
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if not message.get("more_body", False):
+            return
 
 
 def decode_new_pet(body: bytes) -> NewPet:

@@ -17,8 +17,10 @@ LIMIT_MIN: Final = 1
 LIMIT_MAX: Final = 100
 LIMIT_DEFAULT: Final = 20
 
+# The API's version: every path of the three operations' and their document's is under it.
+API_PREFIX: Final = "/v1"
 # listPets and createPet; getPet is under it, and names it its successor.
-PETS_PATH: Final = "/v1/pets"
+PETS_PATH: Final = f"{API_PREFIX}/pets"
 # getPet is deprecated (SPEC.md 4.3). Deprecation (RFC 9745) carries the date we announced it,
 # 2026-01-01T00:00:00Z; Sunset (RFC 8594) the removal date SPEC.md gives.
 DEPRECATION: Final = "@1767225600"

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp
 
 from logs import logging_config, wait_for_outlets
 from protocol import NoteRefusal, http_protocol
+from schemas import API_PREFIX
 from settings import Settings, SettingsError, bracketed
 
 logger = logging.getLogger("petstore")
@@ -51,7 +52,7 @@ class _Server(uvicorn.Server):
             # Before any request can be taken (nothing awaits between here and the loop), so
             # before any access-log line: a harness that started us with --port 0 reads it.
             host, port = self.servers[0].sockets[0].getsockname()[:2]
-            self.announce(f"petstore: ready at http://{bracketed(host)}:{port}/v1\n")
+            self.announce(f"petstore: ready at http://{bracketed(host)}:{port}{API_PREFIX}\n")
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)

@@ -7,12 +7,13 @@ import dataclasses
 import difflib
 import re
 import secrets
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+import database_url
 from flags import LOG_LEVELS, FlagError, parser
+from redaction import longest_first
 
 # RFC 6750 b64token: what a bearer credential can carry.
 _BEARER_TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
@@ -49,17 +50,14 @@ class Settings:
     @property
     def database_password(self) -> str | None:
         """The password the driver is given: the URL's (decoded), else PGPASSWORD's."""
-        return (url_password(self.database) if self.database else None) or self.pgpassword
+        return (database_url.password(self.database) if self.database else None) or self.pgpassword
 
     @property
     def secrets(self) -> tuple[str, ...]:
         """What no log line and no journal entry may show: the keys of both kinds and the
         database's password (as the URL writes it and as it is), longest first."""
-        encoded = _written_password(self.database) if self.database else None
-        given = (*self.api_keys, *self.admin_keys, encoded, self.database_password)
-        # Longest first: a key inside another (an API key within an admin key) would leave the
-        # rest of the longer one around its `[redacted]`.
-        return tuple(sorted({s for s in given if s}, key=lambda secret: (-len(secret), secret)))
+        encoded = database_url.written_password(self.database) if self.database else None
+        return longest_first((*self.api_keys, *self.admin_keys, encoded, self.database_password))
 
 
 def _integer(low: int, high: int) -> Callable[[str, str], int]:
@@ -115,64 +113,14 @@ def _switch(text: str, name: str) -> bool:
 
 
 def _database_url(text: str, name: str) -> str:
-    """A libpq URL, one host or several (`HOST:PORT,HOST:PORT`). The messages never show the
-    text: it may hold a password."""
-    scheme, _, rest = _given(text, name).partition("://")
-    authority = re.split("[/?#]", rest, maxsplit=1)[0]
-    userinfo, _, hosts = authority.rpartition("@")
-    # The driver reads the user's part up to the first @, urllib up to the last, and a #, / or
-    # ? ends it for both: what a password holds past such a character would be logged as a
-    # host, and an @ left after it (in the database's name, or the query) tells of one.
-    if "@" in userinfo or "#" in rest or "@" in rest[len(authority) :]:
-        raise SettingsError(
-            f"{name}: write an @, #, / or ? in the password as %40, %23, %2F or %3F"
-        )
-    # What follows each host's last colon, past an IPv6 address's brackets: its port.
-    ports = [host.rpartition(":")[2] for host in hosts.split(",") if ":" in host.split("]")[-1]]
-    if scheme not in ("postgresql", "postgres") or not rest or not all(map(_port, ports)):
-        raise SettingsError(
-            f"{name}: expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
-            " (an @, #, / or ? in the password written %40, %23, %2F or %3F)"
-        )
+    if (wrong := database_url.problem(_given(text, name))) is not None:
+        raise SettingsError(f"{name}: {wrong}")
     return text
-
-
-def url_password(url: str) -> str | None:
-    """The password a libpq URL holds, decoded, as the driver reads it: the user's part's,
-    else the query's `password` (the last one); None if it holds none."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password:
-        return urllib.parse.unquote(parts.password)
-    given = urllib.parse.parse_qs(parts.query).get("password")
-    return given[-1] if given else None
-
-
-def _written_password(url: str) -> str | None:
-    """The password a libpq URL holds, as the URL writes it (percent-encoded)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password:
-        return parts.password
-    pairs = (pair.partition("=") for pair in parts.query.split("&"))
-    written = [value for name, _, value in pairs if name == "password"]
-    return written[-1] if written else None
-
-
-def describe(url: str) -> str:
-    """The URL as logs may show it: host, port and database, never the user's password."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qs(parts.query)
-    hosts = parts.netloc.rpartition("@")[2]  # one HOST:PORT, or several joined by commas
-    return f"{hosts or ''.join(query.get('host', [])) or 'localhost'}{parts.path or '/'}"
 
 
 def bracketed(host: str) -> str:
     """A host as a URL writes it: an IPv6 address in brackets."""
     return f"[{host}]" if ":" in host else host
-
-
-def _port(text: str) -> bool:
-    """Whether this is what follows a host's last colon in a URL: a port (ASCII digits)."""
-    return text.isascii() and text.isdigit() and int(text) <= 65535
 
 
 def _seconds(text: str, name: str) -> float:
@@ -200,6 +148,16 @@ _SOURCES: Final = (
     ("log_format", "PETSTORE_LOG_FORMAT", _log_format),
     ("metrics", "PETSTORE_METRICS", _switch),
     ("database", "PETSTORE_DATABASE_URL", _database_url),
+)
+# The variables read apart from _SOURCES: lists (comma-separated) and the key file.
+_API_KEYS: Final = "PETSTORE_API_KEYS"
+_API_KEYS_FILE: Final = "PETSTORE_API_KEYS_FILE"
+_ADMIN_KEYS: Final = "PETSTORE_ADMIN_KEYS"
+_CORS_ORIGINS: Final = "PETSTORE_CORS_ORIGINS"
+# Every variable that is a setting: `cautions` warns of any other PETSTORE_* one.
+_VARIABLES: Final = frozenset(
+    {variable for _, variable, _ in _SOURCES}
+    | {_API_KEYS, _API_KEYS_FILE, _ADMIN_KEYS, _CORS_ORIGINS}
 )
 
 
@@ -231,20 +189,18 @@ def _listed(
 
 def _api_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
     """Keys from --api-key (else PETSTORE_API_KEYS) plus the key file's; checked, never shown."""
-    keys = _numbered(_listed(flags.api_key, "--api-key", environ, "PETSTORE_API_KEYS"))
-    file_source = "--api-key-file" if flags.api_key_file is not None else "PETSTORE_API_KEYS_FILE"
+    keys = _numbered(_listed(flags.api_key, "--api-key", environ, _API_KEYS))
+    file_source = "--api-key-file" if flags.api_key_file is not None else _API_KEYS_FILE
     path = flags.api_key_file
     if path is None:
-        path = environ.get("PETSTORE_API_KEYS_FILE")
+        path = environ.get(_API_KEYS_FILE)
     if path is not None:  # an empty one too: it names no file (a refusal, not no setting)
         keys += _read_key_file(path, file_source)
     return _tokens(keys)
 
 
 def _admin_keys(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
-    return _tokens(
-        _numbered(_listed(flags.admin_key, "--admin-key", environ, "PETSTORE_ADMIN_KEYS"))
-    )
+    return _tokens(_numbered(_listed(flags.admin_key, "--admin-key", environ, _ADMIN_KEYS)))
 
 
 def _numbered(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -269,11 +225,13 @@ _HOST_PORT: Final = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]+))?")
 def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
     """Origins as browsers send them: scheme and host in lower case, no default port (one
     written `HTTP://App.Example:80` matched no browser's). No wildcard within one."""
-    origins = _listed(flags.cors_origin, "--cors-origin", environ, "PETSTORE_CORS_ORIGINS")
+    origins = _listed(flags.cors_origin, "--cors-origin", environ, _CORS_ORIGINS)
     taken = []
     for origin, source in origins:
         scheme, _, authority = origin.lower().partition("://")
         parts = _HOST_PORT.fullmatch(authority) if _ORIGIN.fullmatch(origin) else None
+        if parts is not None and parts[2] is not None and not database_url.is_port(parts[2]):
+            parts = None  # a port past 65535, which no browser sends (the database's rule)
         if origin == "*":
             taken.append(origin)
         elif parts is None or "*" in origin:
@@ -374,12 +332,6 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
         for name, kind, secret in short_secrets
         if len(secret) < KEY_LENGTH_ADVISED
     ]
-    known = {variable for _, variable, _ in _SOURCES} | {
-        "PETSTORE_API_KEYS",
-        "PETSTORE_API_KEYS_FILE",
-        "PETSTORE_ADMIN_KEYS",
-        "PETSTORE_CORS_ORIGINS",
-    }
     if "PETSTORE_PORT" in environ and is_service_link("PETSTORE_PORT", environ):
         found.append(
             "PETSTORE_PORT is Kubernetes' service link for a Service named petstore, not a port:"
@@ -388,11 +340,11 @@ def cautions(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     for name in sorted(environ):
         if _SERVICE_LINK.fullmatch(name):
             continue
-        if name.startswith("PETSTORE_") and name not in known:
+        if name.startswith("PETSTORE_") and name not in _VARIABLES:
             # Compared without the prefix they share, which would make them all alike.
             close = difflib.get_close_matches(
                 name.removeprefix("PETSTORE_"),
-                [variable.removeprefix("PETSTORE_") for variable in known],
+                [variable.removeprefix("PETSTORE_") for variable in sorted(_VARIABLES)],
                 n=1,
             )
             hint = f" (did you mean PETSTORE_{close[0]}?)" if close else ""

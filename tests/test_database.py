@@ -24,9 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import Petstore, create_app
 from database import DatabaseStore, _Create, _fail
+from database_url import describe
 from opening import open_store
 from schemas import CategoryId, NewPet
-from settings import Settings, SettingsError, describe, load_settings
+from settings import Settings, SettingsError, load_settings
 from store import StorageUnavailable
 from tables import _SCHEMA_LOCK
 from tests.conftest import (

@@ -386,6 +386,7 @@ BAD_SETTINGS = [
     pytest.param(["--cors-origin", "https://*.app.example"], {}, id="cors-origin-wildcard"),
     pytest.param(["--cors-origin", "https://user@app.example"], {}, id="cors-origin-userinfo"),
     pytest.param(["--cors-origin", "https://app.example:"], {}, id="cors-origin-empty-port"),
+    pytest.param(["--cors-origin", "http://app.example:65536"], {}, id="cors-origin-port-past"),
     pytest.param(["--api-key", "same-key", "--admin-key", "same-key"], {}, id="key-both-kinds"),
     pytest.param([], {"PETSTORE_ADMIN_KEYS": "bad key"}, id="env-admin-key-with-space"),
     pytest.param(["--journal-size", "-1"], {}, id="journal-size-negative"),
