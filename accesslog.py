@@ -14,12 +14,12 @@ from typing import Final, TextIO
 import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from journal import Journal, rfc3339, wall_minus_monotonic_ns
+from journal import Journal
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
 from redaction import longest_first, redact
 from routing import REQUEST_ID_HEADER, STATUS, cut_off, internal_error
-from schemas import encoder
+from schemas import encoder, rfc3339, wall_minus_perf_counter_ns
 
 logger = logging.getLogger("petstore")
 
@@ -171,7 +171,7 @@ class AccessLog:
             # app's, so no traceback; answered, the task ends as it was asked to.
             cancelled = isinstance(error, asyncio.CancelledError)
             if STATUS in scope:  # too late for an Error body: uvicorn closes the connection
-                if cancelled:  # mid-answer, to a client not reading it (probe 19)
+                if cancelled:  # mid-answer, to a client not reading it
                     return
                 raise  # with the traceback uvicorn logs
             await (cut_off(scope) if cancelled else internal_error(scope))(scope, receive, send)
@@ -289,7 +289,7 @@ class AccessLog:
 
     @staticmethod
     def _json_lines(entries: list[_Entry]) -> str:
-        offset = wall_minus_monotonic_ns()
+        offset = wall_minus_perf_counter_ns()
         lines = [
             AccessLine(
                 rfc3339(started + offset),

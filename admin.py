@@ -99,7 +99,7 @@ class ControlPlane:
             return JSONResponse(encoder.encode(JournalDocument(requests=[], dropped=0)))
         journal = self.journal.copy()  # as it is now: the loop records on meanwhile
 
-        def read() -> bytes:  # off the loop: a full journal took it for 0.24 s (probe 19)
+        def read() -> bytes:  # off the loop: a full journal took it for 0.24 s
             entries = journal.entries(
                 method=filters["method"].upper() if "method" in filters else None,
                 path=filters.get("path"),

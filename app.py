@@ -44,7 +44,7 @@ from logs import access_log_stream, configure_logging, refuse_start, start_loggi
 from metrics import CONTENT_TYPE_LATEST, FOLD_EVERY, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
-from opening import check_workers, open_store, warn_of_unread
+from opening import open_store
 from parsing import (
     decode_new_pet,
     idempotency_key,
@@ -75,7 +75,7 @@ from schemas import (
     ErrorCode,
     encoder,
 )
-from server import bound_socket, serve
+from server import bound_socket, check_workers, serve, warn_of_unread
 from settings import Settings, SettingsError, load_settings, log_format_asked, with_key
 from store import PetStore
 

@@ -186,7 +186,7 @@ class FileStore(IndexedReads):
     def _commit_now(self, pets: list[Pet]) -> None:
         """Write and fsync before serving (caller holds the lock), in one write: a start killed
         during it most likely leaves a torn last line, which the next start drops saying so
-        (written a commit's WRITE_MAX at a time, a partial seed loaded in silence; review 19)."""
+        (written a commit's WRITE_MAX at a time, a partial seed loaded in silence)."""
         data = b"".join(encoder.encode(pet) + b"\n" for pet in pets)
         try:
             _write_all(self._fd, data, self._size)

@@ -194,7 +194,7 @@ class OneWrite:
                 self.transport.write(data)
         except RuntimeError:  # uvloop's, to a closed transport; asyncio's drops it in silence
             if not self.transport.is_closing():  # the answer of a pipelined request, its
-                raise  # client gone (uvicorn marks only the request being answered: probe 19)
+                raise  # client gone (uvicorn marks only the request being answered)
 
     def is_closing(self) -> bool:
         return self.transport.is_closing()

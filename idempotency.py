@@ -41,8 +41,8 @@ class KeysInFlight:
     """The Idempotency-Keys of the creates this process is answering, each from its request's
     head (through a delay the test-control plane holds it for, a body that comes slowly) to
     its answer: another create with one of them meanwhile is the contract's 409, whatever it
-    asks (probe 18: a retry sent while its first was held by a delay made the pet, and the
-    first came back a replay)."""
+    asks (a retry sent while its first was held by a delay made the pet, and the first came
+    back a replay)."""
 
     def __init__(self) -> None:
         self._keys: set[str] = set()

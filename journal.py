@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import collections
 import copy
-import datetime
-import functools
 import itertools
 import re
-import time
 import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple
@@ -18,7 +15,13 @@ from starlette.types import Scope
 
 from redaction import REDACTED, longest_first, redact, redact_encoded
 from routing import BODY, route_path
-from schemas import API_PREFIX, JOURNAL_BODY_LIMIT, JournalEntry
+from schemas import (
+    API_PREFIX,
+    JOURNAL_BODY_LIMIT,
+    JournalEntry,
+    rfc3339,
+    wall_minus_perf_counter_ns,
+)
 
 # The paths under API_PREFIX: from these up to (not including) those (Journal.record).
 _UNDER_API: Final = f"{API_PREFIX}/"
@@ -57,7 +60,7 @@ _unpack: Final = msgspec.msgpack.Decoder(_Packed).decode
 _COPIED_OVER: Final = 512
 # A request's headers are kept up to this many bytes (names and values), whole, in the order
 # sent; the rest are left out of its entry (`headersTruncated`). A head may be 64 KiB and
-# more: a thousand of them kept took 112 MB of the process (probe 19).
+# more: a thousand of them kept took 112 MB of the process.
 HEADERS_KEPT: Final = 16 * 1024
 
 
@@ -180,7 +183,7 @@ class Journal:
         ]
         if limit is not None:
             chosen = chosen[len(chosen) - limit :] if limit < len(chosen) else chosen
-        offset = wall_minus_monotonic_ns()
+        offset = wall_minus_perf_counter_ns()
         return [self._entry(recorded, offset) for recorded in chosen]
 
     @staticmethod
@@ -253,7 +256,7 @@ class Journal:
         end = len(kept[:JOURNAL_BODY_LIMIT].decode("utf-8", errors="replace"))
         reach = self.body_kept - JOURNAL_BODY_LIMIT  # the most a secret takes, escaped
         # Only around the cut (the expression tries every secret at every place: with a
-        # hundred keys a whole body took 5.8 ms; review 19).
+        # hundred keys a whole body took 5.8 ms).
         for found in self.in_json.finditer(text, max(0, end - reach), end + reach):
             if found.start() >= end:
                 break
@@ -266,7 +269,7 @@ class Journal:
     def _redact_json(self, text: str) -> str:
         """JSON text with each secret in it, as it is or escaped, written as REDACTED. The
         expression only where an escape hides one (it tries every secret at every place: a
-        hundred keys made a body of 4 KiB take 5.8 ms; review 19)."""
+        hundred keys made a body of 4 KiB take 5.8 ms)."""
         if "\\" in text:
             unescaped = _unescaped(text)
             if any(secret in unescaped for secret in self.secrets):
@@ -291,29 +294,6 @@ def _latin1(text: str) -> bytes:
         return text.encode("latin-1")
     except UnicodeEncodeError:
         return b""
-
-
-def wall_minus_monotonic_ns() -> int:
-    """What turns a time.perf_counter_ns() into the wall clock's time.time_ns(), now. Entries
-    note the monotonic clock (which the access log reads anyway); this is read again for each
-    batch of times written out, as the wall clock may have been set (or the machine
-    suspended) since the start."""
-    return time.time_ns() - time.perf_counter_ns()
-
-
-def rfc3339(time_ns: int) -> str:
-    """A wall-clock time (ns since the epoch) as RFC 3339 in UTC, to the microsecond (cut, not
-    rounded). The date and time to the second are made once a second: a datetime made and
-    formatted for each of the access log's JSON lines cost several times this (README:
-    Performance)."""
-    seconds, ns = divmod(time_ns, 1_000_000_000)
-    return f"{_to_the_second(seconds)}.{ns // 1000:06d}Z"
-
-
-@functools.lru_cache(maxsize=4)
-def _to_the_second(seconds: int) -> str:
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 # A JSON string's short escapes (json.org), by the character they stand for.

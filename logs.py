@@ -21,9 +21,8 @@ from typing import Any, Final, TextIO
 import uvicorn.config
 from uvicorn.config import LOG_LEVELS
 
-from journal import rfc3339
 from redaction import longest_first, redact, redact_encoded
-from schemas import encoder
+from schemas import encoder, rfc3339
 from settings import Settings, cautions
 
 logger = logging.getLogger("petstore")

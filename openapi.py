@@ -37,7 +37,7 @@ def components(*types: type) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for schema in schemas.values():  # msgspec leaves the type of an enumeration implicit
         if "enum" in schema and all(isinstance(value, str) for value in schema["enum"]):
             schema["type"] = "string"
-        if "description" in schema:  # a docstring's lines, one line (probe 18)
+        if "description" in schema:  # a docstring's lines, one line
             schema["description"] = " ".join(schema["description"].split())
     return list(refs), schemas
 

@@ -1,15 +1,10 @@
 """Opening the store the settings ask for (memory, a data file, a database), loaded and seeded.
 
-A SettingsError (one line) says why it can't be; check_workers refuses the uvicorn workers
-that can't share it."""
+A SettingsError (one line) says why it can't be."""
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import os
-import sys
-from collections.abc import Mapping
 
 import msgspec
 
@@ -19,7 +14,7 @@ from datafile import FileStore
 from parsing import json_problem, not_json_reason
 from records import DataFileError
 from schemas import SeedPet, seed_decoder
-from settings import Settings, SettingsError, is_service_link
+from settings import Settings, SettingsError
 from store import MemoryStore, PetStore, seed_pets
 from tables import DatabaseError
 
@@ -40,43 +35,6 @@ def _read_seed(path: str) -> list[SeedPet]:
         problem = json_problem(data) if isinstance(error, msgspec.ValidationError) else None
         reason = problem or not_json_reason(error, data)
         raise SettingsError(f"seed file {path}: not a JSON array of pets: {reason}") from None
-
-
-def warn_of_unread(environ: Mapping[str, str]) -> None:
-    """Under `uvicorn app:app`, warn of what it leaves unread: PETSTORE_HOST and PETSTORE_PORT
-    are uvicorn's --host and --port to it (a PETSTORE_HOST of 0.0.0.0 was ignored in silence,
-    probe 15)."""
-    for variable, flag in (("PETSTORE_HOST", "host"), ("PETSTORE_PORT", "port")):
-        if variable in environ and not is_service_link(variable, environ):
-            logger.warning(
-                "%s is not read under `uvicorn app:app`: its --%s says where it listens",
-                variable,
-                flag,
-            )
-
-
-def check_workers(settings: Settings, *, generated_key: bool) -> None:
-    """Under `uvicorn app:app`, refuse a worker that has siblings (--workers) where each would
-    go its own way: over pets in memory, or with a key it made itself."""
-    if multiprocessing.parent_process() is None or _reloading():
-        return
-    if generated_key:
-        raise SettingsError(
-            "several workers would each make their own key: configure one (PETSTORE_API_KEYS)"
-        )
-    if settings.data is None and settings.database is None:
-        raise SettingsError(
-            "several workers would each keep their own in-memory pets: run one worker"
-        )
-
-
-def _reloading() -> bool:
-    """Whether uvicorn runs us under --reload: one process at a time, started again on a
-    change, where pets in memory are fine. Its worker can't tell that from --workers but by
-    the command line it inherits (multiprocessing's spawn passes it on) or uvicorn's variable."""
-    # Only --reload itself: --reload-dir and the like reload nothing without it.
-    variable = os.environ.get("UVICORN_RELOAD", "").lower()
-    return "--reload" in sys.argv or variable in ("1", "true", "yes", "on")
 
 
 def open_store(settings: Settings) -> PetStore:

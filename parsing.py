@@ -132,7 +132,7 @@ def require_json(scope: Scope) -> None:
     """A 415 unless the body is JSON as sent: its Content-Type JSON, no Content-Encoding but
     `identity` (a gzip body was read as if it were JSON; RFC 9110 15.5.16 asks a 415), and no
     transfer coding but `chunked` (the server undoes only that one: `gzip, chunked` was read
-    as if it were JSON too, probes 18 and 19; RFC 9112 6.1 asks a 501, the same refusal of
+    as if it were JSON too; RFC 9112 6.1 asks a 501, the same refusal of
     the same body). One look through the headers for all three: this runs for every create."""
     content_type = encoding = transfer = None
     for name, value in scope["headers"]:

@@ -1,5 +1,7 @@
-"""The HTTP protocol: StallGuard, uvicorn's httptools protocol with the slow-client guard,
-the head's and the trailers' limits, one write a response and the server's own 400s."""
+"""StallGuard, the HTTP protocol: uvicorn's, with client deadlines, limits and our own 400s.
+
+uvicorn's httptools protocol, with the slow-client guard (a stall, the body's rate), the
+head's and the trailers' limits, one write a response and the server's own 400s."""
 
 from __future__ import annotations
 
@@ -25,13 +27,13 @@ from settings import Settings
 HEAD_LIMIT: Final = 64 * 1024
 # Bytes read since a request's head or its body's last piece that are none of its body: a
 # chunked body's trailers (headers httptools keeps whatever their size: 300 MB of them grew
-# the process by 300 MB, probe 19), its framing, pipelined requests' heads. Past this, the
+# the process by 300 MB), its framing, pipelined requests' heads. Past this, the
 # server's own 400; a read is 256 KiB at most.
 UNBODIED_LIMIT: Final = HEAD_LIMIT + 1024 * 1024
 # A body slower than this on average, while the client may send it, is cut off once the
 # client timeout has passed (Apache's mod_reqtimeout, MinRate=500): its timeout is extended a
 # second for every 500 bytes. Only stalls were cut off, and a byte every 5 s held a connection
-# for as long as the client liked (probe 19).
+# for as long as the client liked.
 MIN_BODY_RATE: Final = 500
 # The longest request target httptools parses (its offsets are 16 bits).
 _TARGET_MAX: Final = 65535
@@ -84,8 +86,8 @@ class StallGuard(HttpToolsProtocol):
         super().connection_made(transport)
         # Made once a connection; each request's scope shares it. A drop closes lingering: a
         # body the client still sends would be answered by a reset, which reached it before
-        # the end of our side, now and then (one of three drops of a create, probe 16). The
-        # request ends at once (journaled before its client sees the end; review 19).
+        # the end of our side, now and then (one of three drops of a create). The
+        # request ends at once (journaled before its client sees the end).
         drop = functools.partial(close_lingering, transport, lost_now=True)
         self._extensions: dict[str, dict[object, object]] = {CLOSE_EXTENSION: {"close": drop}}
         self._began = self._progress = self.loop.time()
@@ -165,7 +167,7 @@ class StallGuard(HttpToolsProtocol):
                 return  # not parsed: httptools would keep it all
         else:
             self._unbodied += len(data)
-            if self._unbodied > UNBODIED_LIMIT:  # trailers without end (probe 19)
+            if self._unbodied > UNBODIED_LIMIT:  # trailers without end
                 if self._refusal is None:
                     message = f"Request trailers larger than {UNBODIED_LIMIT} bytes"
                     self.logger.warning("%s.", message)

@@ -67,7 +67,7 @@ Record = Pet | KeyedRecord
 
 def _decode(line: bytes) -> Record:
     """A line as a Pet or a KeyedRecord, whatever its members' order and spacing (a fixture's
-    JSON library may sort them: such a line stopped the start as "not a Pet", probe 18);
+    JSON library may sort them: such a line stopped the start as "not a Pet");
     else the error of the kind it looks like, a KeyedRecord if it has a `"pet"`."""
     if line.startswith(_KEYED_START):
         return _keyed_decoder.decode(line)

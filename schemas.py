@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import enum
+import functools
 import math
 import re
+import time
 from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
@@ -327,3 +330,29 @@ any_json_decoder: Final = msgspec.json.Decoder(float_hook=exact_number)
 # Any JSON text at all, its values read but not made: whether it is JSON, whatever its numbers.
 json_syntax_decoder: Final = msgspec.json.Decoder(msgspec.Raw)
 encoder: Final = msgspec.json.Encoder()
+
+
+# Times as the wire writes them (a journal entry's, a JSON log line's): RFC 3339, UTC.
+
+
+def wall_minus_perf_counter_ns() -> int:
+    """What turns a time.perf_counter_ns() into the wall clock's time.time_ns(), now. Requests
+    are timed by that clock (which the access log reads anyway); this is read again for each
+    batch of times written out, as the wall clock may have been set (or the machine
+    suspended) since the start."""
+    return time.time_ns() - time.perf_counter_ns()
+
+
+def rfc3339(time_ns: int) -> str:
+    """A wall-clock time (ns since the epoch) as RFC 3339 in UTC, to the microsecond (cut, not
+    rounded). The date and time to the second are made once a second: a datetime made and
+    formatted for each of the access log's JSON lines cost several times this (README:
+    Performance)."""
+    seconds, ns = divmod(time_ns, 1_000_000_000)
+    return f"{_to_the_second(seconds)}.{ns // 1000:06d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _to_the_second(seconds: int) -> str:
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S")

@@ -1,13 +1,19 @@
-"""Running under uvicorn: the server with StallGuard (protocol.py), the ready line, readiness
-off at shutdown (the logs: logs.py; `healthcheck`: healthcheck.py)."""
+"""Running under uvicorn: the server, the ready line, readiness off at shutdown.
+
+The server runs StallGuard (protocol.py); the logs are logs.py's, `healthcheck` is
+healthcheck.py's. Under `uvicorn app:app`, uvicorn runs the server: check_workers and
+warn_of_unread say what it does that our own start would not."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import multiprocessing
+import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import uvicorn
@@ -16,7 +22,7 @@ from starlette.types import ASGIApp
 from logs import logging_config, wait_for_outlets
 from protocol import NoteRefusal, http_protocol
 from schemas import API_PREFIX
-from settings import Settings, SettingsError, bracketed
+from settings import Settings, SettingsError, bracketed, is_service_link
 
 logger = logging.getLogger("petstore")
 
@@ -141,3 +147,39 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     )
     server = _Server(config, on_exit, announce, stops_asked)
     server.run(sockets=[sock])
+
+
+def warn_of_unread(environ: Mapping[str, str]) -> None:
+    """Under `uvicorn app:app`, warn of what it leaves unread: PETSTORE_HOST and PETSTORE_PORT
+    are uvicorn's --host and --port to it (a PETSTORE_HOST of 0.0.0.0 was ignored in silence)."""
+    for variable, flag in (("PETSTORE_HOST", "host"), ("PETSTORE_PORT", "port")):
+        if variable in environ and not is_service_link(variable, environ):
+            logger.warning(
+                "%s is not read under `uvicorn app:app`: its --%s says where it listens",
+                variable,
+                flag,
+            )
+
+
+def check_workers(settings: Settings, *, generated_key: bool) -> None:
+    """Under `uvicorn app:app`, refuse a worker that has siblings (--workers) where each would
+    go its own way: over pets in memory, or with a key it made itself."""
+    if multiprocessing.parent_process() is None or _reloading():
+        return
+    if generated_key:
+        raise SettingsError(
+            "several workers would each make their own key: configure one (PETSTORE_API_KEYS)"
+        )
+    if settings.data is None and settings.database is None:
+        raise SettingsError(
+            "several workers would each keep their own in-memory pets: run one worker"
+        )
+
+
+def _reloading() -> bool:
+    """Whether uvicorn runs us under --reload: one process at a time, started again on a
+    change, where pets in memory are fine. Its worker can't tell that from --workers but by
+    the command line it inherits (multiprocessing's spawn passes it on) or uvicorn's variable."""
+    # Only --reload itself: --reload-dir and the like reload nothing without it.
+    variable = os.environ.get("UVICORN_RELOAD", "").lower()
+    return "--reload" in sys.argv or variable in ("1", "true", "yes", "on")

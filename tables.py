@@ -137,7 +137,7 @@ async def prepare(connection: Connection, where: str, seed: Sequence[SeedPet]) -
 
 
 # A seed is one statement, given time by its size beyond the statements' STATEMENT_SECONDS:
-# two million pets took 17 s here (review 19: cut off at 10 s, the start never seeded).
+# two million pets took 17 s here (cut off at 10 s, the start never seeded).
 _SEED_SECONDS_A_PET: Final = 50e-6
 
 

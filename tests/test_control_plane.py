@@ -543,7 +543,7 @@ def test_journal_times_follow_the_wall_clock_when_it_is_set(
     (before,) = journal_.entries()
     hour = 3600 * 10**9
     real_time_ns = time.time_ns
-    monkeypatch.setattr("journal.time.time_ns", lambda: real_time_ns() + hour)
+    monkeypatch.setattr("schemas.time.time_ns", lambda: real_time_ns() + hour)
     (after,) = journal_.entries()
     moved = datetime.datetime.fromisoformat(after.time) - datetime.datetime.fromisoformat(
         before.time

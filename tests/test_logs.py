@@ -25,8 +25,8 @@ from starlette.types import Receive, Scope, Send
 
 from accesslog import AccessLog
 from app import Petstore, create_app
-from journal import rfc3339
 from logs import JsonFormatter, Outlet, Redact
+from schemas import rfc3339
 from settings import Settings
 from store import MemoryStore
 from tests.conftest import (
