@@ -17,6 +17,7 @@ LOG_LEVELS: Final = ("critical", "error", "warning", "info", "debug", "trace")
 
 # `python app.py healthcheck`'s usage (healthcheck.py answers its --help).
 HEALTHCHECK_USAGE: Final = "app.py healthcheck [--ready] [--host HOST] [--port PORT]"
+HEALTHCHECK_SECONDS: Final = 2.0  # how long `healthcheck` waits for a whole answer
 
 EPILOG: Final = f"""\
 Each flag has an environment variable, the flag winning: PETSTORE_ and the flag's name in
@@ -25,7 +26,8 @@ take a comma-separated list, PETSTORE_API_KEYS_FILE a file, PETSTORE_DATABASE_UR
 (README, Settings).
 
   python {HEALTHCHECK_USAGE}
-      exit 0 when the service answers /healthz (--ready: /readyz) within 2 s, else 1
+      exit 0 when the service answers /healthz (--ready: /readyz) within \
+{HEALTHCHECK_SECONDS:g} s, else 1
 """
 
 
@@ -100,7 +102,7 @@ class Parser(argparse.ArgumentParser):
 
 def parser() -> Parser:
     # No abbreviations: `--po 0` would mean --port until a flag named --po... comes.
-    parser = Parser(
+    flag_parser = Parser(
         prog="app.py",
         description="Serve the petstore HTTP/JSON interface.",
         epilog=EPILOG,
@@ -109,7 +111,7 @@ def parser() -> Parser:
     )
     for name, metavar, text in FLAGS:
         repeatable = text.endswith(", repeatable")
-        parser.add_argument(
+        flag_parser.add_argument(
             name, metavar=metavar, help=text, action="append" if repeatable else "store"
         )
-    return parser
+    return flag_parser

@@ -15,25 +15,24 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-from flags import HEALTHCHECK_USAGE
+from flags import HEALTHCHECK_SECONDS, HEALTHCHECK_USAGE
 from settings import Settings, SettingsError, bracketed, load_settings
 
 # Where `healthcheck` asks when the service listens on every address.
 _LOOPBACK: Final = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - maps away from them
 
 
-_HEALTHCHECK_SECONDS: Final = 2.0
 _USAGE: Final = f"""\
 usage: {HEALTHCHECK_USAGE}
 
 Exit 0 when the service at HOST:PORT (PETSTORE_HOST, PETSTORE_PORT; 0.0.0.0 and :: ask the
-loopback) answers /healthz with 200 within {_HEALTHCHECK_SECONDS:g} s, else 1 with one line
+loopback) answers /healthz with 200 within {HEALTHCHECK_SECONDS:g} s, else 1 with one line
 on stderr. --ready asks /readyz instead (a database the service can reach); the other flags
 are read and ignored."""
 
 
 def _too_slow(signum: int, frame: Any) -> None:
-    raise TimeoutError(f"no whole answer within {_HEALTHCHECK_SECONDS:g} s")
+    raise TimeoutError(f"no whole answer within {HEALTHCHECK_SECONDS:g} s")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -53,19 +52,19 @@ def main(argv: Sequence[str]) -> int:
 
 
 def healthcheck(settings: Settings, path: str = "/healthz") -> int:
-    """0 when `path` answers 200 within 2 s, else 1 and one line on stderr. No curl in a slim
-    image, and no HTTP proxy consulted (http.client uses none)."""
+    """0 when `path` answers 200 within HEALTHCHECK_SECONDS, else 1 and one line on stderr. No
+    curl in a slim image, and no HTTP proxy consulted (http.client uses none)."""
     host = _LOOPBACK.get(settings.host, settings.host)
     url = f"http://{bracketed(host)}:{settings.port}{path}"
     # The alarm is the whole check's limit (with a timeout alone, each read's, an answer sent
     # a byte at a time passed after 19 s); the timeout, longer, is there should it not ring.
-    connection = http.client.HTTPConnection(host, settings.port, timeout=_HEALTHCHECK_SECONDS + 1)
+    connection = http.client.HTTPConnection(host, settings.port, timeout=HEALTHCHECK_SECONDS + 1)
     previous = signal.signal(signal.SIGALRM, _too_slow)
-    signal.setitimer(signal.ITIMER_REAL, _HEALTHCHECK_SECONDS)
+    signal.setitimer(signal.ITIMER_REAL, HEALTHCHECK_SECONDS)
     try:
         connection.request("GET", path)
         response = connection.getresponse()
-        response.read()  # the whole answer, its body too, within the 2 s
+        response.read()  # the whole answer, its body too, within the time
         status = response.status
     except (OSError, http.client.HTTPException) as error:
         # One line, whatever answered: a server that is no HTTP one sends its own line ends.

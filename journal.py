@@ -17,6 +17,7 @@ from redaction import REDACTED, longest_first, redact, redact_encoded
 from routing import BODY, route_path
 from schemas import (
     API_PREFIX,
+    HEADERS_KEPT,
     JOURNAL_BODY_LIMIT,
     JournalEntry,
     rfc3339,
@@ -58,10 +59,6 @@ _unpack: Final = msgspec.msgpack.Decoder(_Packed).decode
 # msgspec hands out the buffer it grew, about 1.5 times what it holds past a few hundred
 # bytes; a larger entry is copied to its size (2.2k instructions).
 _COPIED_OVER: Final = 512
-# A request's headers are kept up to this many bytes (names and values), whole, in the order
-# sent; the rest are left out of its entry (`headersTruncated`). A head may be 64 KiB and
-# more: a thousand of them kept took 112 MB of the process.
-HEADERS_KEPT: Final = 16 * 1024
 
 
 class Journal:

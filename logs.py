@@ -206,7 +206,7 @@ def logging_config(settings: Settings) -> dict[str, Any]:
     were. json: one handler, JsonFormatter, for both (uvicorn's access log too, which
     `python app.py` turns off: ours is cheaper)."""
     ours = {"level": LOG_LEVELS[settings.log_level], "propagate": False}
-    redact = {"()": Redact, "secrets": settings.secrets}
+    redact_filter = {"()": Redact, "secrets": settings.secrets}
     if settings.log_format == "text":
         config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
         config["formatters"]["petstore"] = {"format": "%(levelname)-9s %(name)s: %(message)s"}
@@ -215,7 +215,7 @@ def logging_config(settings: Settings) -> dict[str, Any]:
             "formatter": "petstore",
             "stream": "ext://sys.stderr",
         }
-        config["filters"] = {"redact": redact}
+        config["filters"] = {"redact": redact_filter}
         for handler in config["handlers"].values():
             handler["filters"] = ["redact"]
             handler["()"] = unblocked_handler
@@ -228,7 +228,7 @@ def logging_config(settings: Settings) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": JsonFormatter}},
-        "filters": {"redact": redact},
+        "filters": {"redact": redact_filter},
         "handlers": {
             "json": {
                 "()": unblocked_handler,
@@ -263,10 +263,10 @@ def configure_logging(settings: Settings, *, uvicorn_too: bool = True) -> None:
             logging.getLogger(name).setLevel(level)
     logging.captureWarnings(True)  # a library's warnings.warn (asyncpg's on a loose .pgpass)
     if not uvicorn_too:  # uvicorn's handlers as uvicorn made them, our filter added
-        redact = Redact(settings.secrets)
+        redact_filter = Redact(settings.secrets)
         for name in ("uvicorn", "uvicorn.access"):
             for handler in logging.getLogger(name).handlers:
-                handler.addFilter(redact)
+                handler.addFilter(redact_filter)
 
 
 def start_logging(

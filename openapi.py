@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ from schemas import (
 )
 
 _SCHEMA_REF: Final = "#/components/schemas/{name}"
+_SUNSET_DAY: Final = "{0.day} {0:%B %Y}".format(parsedate_to_datetime(SUNSET))  # 5 December 2030
 
 
 def components(*types: type) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -232,7 +234,7 @@ def openapi_document(root_path: str = "", *, injected: bool = False) -> dict[str
     get_pet = {
         "operationId": "getPet",
         "summary": "Fetch one animal by id",
-        "description": "Deprecated: removed on 5 December 2030. Use listPets with `status`.",
+        "description": f"Deprecated: removed on {_SUNSET_DAY}. Use listPets with `status`.",
         "deprecated": True,
         "tags": ["animals"],
         "parameters": [

@@ -249,7 +249,10 @@ def decode_new_pet(body: bytes) -> NewPet:
 
 def decode_fault_rule(body: bytes) -> NewFaultRule:
     """The body as a NewFaultRule, its whole numbers read as JSON Schema counts them (`5.0` is
-    5), as the schema in the control plane's document says; a 400 saying why not."""
+    5), as the schema in the control plane's document says; a 400 saying why not. Decoded,
+    then converted: the one body not decoded straight into its Struct (STYLE), as a rule's
+    numbers are many and its `status` a Literal, and NewPet's way (a type with a decode hook
+    for its one number) would take a type each. Off the request path: the plane's admin."""
     try:
         fields = any_json_decoder.decode(body)
     except msgspec.ValidationError:  # a number of more than 4,300 digits, or not JSON after all

@@ -41,6 +41,10 @@ DELAY_MAX_MS: Final = 60_000
 # (RFC 9111 1.2.2), and a count past any test's (a number past 2**53 is rounded by JavaScript).
 RULE_COUNT_MAX: Final = 2**31 - 1
 JOURNAL_BODY_LIMIT: Final = 4096
+# A request's headers are kept up to this many bytes (names and values), whole, in the order
+# sent; the rest are left out of its journal entry (`headersTruncated`). A head may be 64 KiB
+# and more: a thousand of them kept took 112 MB of the process.
+HEADERS_KEPT: Final = 16 * 1024
 
 # Idempotency-Key (draft-ietf-httpapi-idempotency-key-header): 1 to 255 visible ASCII characters.
 IDEMPOTENCY_KEY_MAX: Final = 255
@@ -216,7 +220,9 @@ class JournalEntry(msgspec.Struct):
     headers: dict[str, str]
     headersTruncated: Annotated[
         bool | msgspec.UnsetType,
-        msgspec.Meta(description="Headers past 16 KiB (names and values) were left out"),
+        msgspec.Meta(
+            description=f"Headers past {HEADERS_KEPT // 1024} KiB (names and values) were left out"
+        ),
     ] = msgspec.UNSET
     body: str | msgspec.UnsetType = msgspec.UNSET
     bodyTruncated: bool | msgspec.UnsetType = msgspec.UNSET
