@@ -290,7 +290,13 @@ def create_app(
     journal = plane.journal if plane else None
     json_lines = settings.log_format == "json"
     app = log = AccessLog(
-        app, access_log, journal, counts, json_lines=json_lines, secrets=settings.secrets
+        app,
+        access_log,
+        journal,
+        counts,
+        json_lines=json_lines,
+        secrets=settings.secrets,
+        prefer=plane is not None,
     )
     if settings.root_path:
         app = RootPath(app, settings.root_path)

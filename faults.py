@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from parsing import read_body_start
-from routing import STATUS, Interception, error_response, invalid
+from routing import PREFER, STATUS, Interception, error_response, invalid
 from schemas import (
     DELAY_MAX_MS,
     INJECTABLE_STATUSES,
@@ -95,12 +95,7 @@ class Faults:
     ) -> Awaitable[Interception] | None:
         """None for a request without a fault (most requests, decided without an await), else
         the wait and the Interception. `operations`: the operation of each method here."""
-        prefer = None
-        # Every Prefer header, joined (RFC 7240: one list); a loop here, not a helper's call:
-        # this runs for each request of the three operations while the plane is on.
-        for name, value in scope["headers"]:
-            if name == b"prefer":  # several Prefer headers are one list (RFC 7240, 2)
-                prefer = value if prefer is None else b"%s,%s" % (prefer, value)
+        prefer = scope.get(PREFER)  # every Prefer header, joined: AccessLog found them
         fault = None if prefer is None else preferred_fault(prefer.decode("latin-1"))
         if fault is None:
             if not self.rules:

@@ -22,10 +22,12 @@ RawHeaders = Sequence[tuple[bytes, bytes]]
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
 # Scope keys (ASGI allows extension keys): the status a response notes once it starts, the
 # request's id as the header every response carries, (b"x-request-id", id) (accesslog.AccessLog
-# sets it), and the chunks of the body as parsing.read_body read them (for the journal).
+# sets it), the chunks of the body as parsing.read_body read them (for the journal), and the
+# request's Prefer headers joined (AccessLog finds them, with the plane on, for the faults).
 STATUS: Final = "petstore.status"
 REQUEST_ID_HEADER: Final = "petstore.request_id_header"
 BODY: Final = "petstore.body"
+PREFER: Final = "petstore.prefer"
 
 
 class BytesResponse(Response):

@@ -151,6 +151,7 @@ def test_off_means_the_plane_is_not_in_the_request_path(settings: Settings, on: 
     assert len(intercepting) == (2 if on else 0)  # /v1/pets and /v1/pets/{petId}
     [auth] = [layer for layer in stack_of(app) if isinstance(layer, BearerAuth)]
     assert len(auth.credentials) == (2 if on else 1)
+    assert (b"prefer" in app.access_log.sought) is on  # the look through the headers
 
 
 @pytest.mark.parametrize(
