@@ -12,12 +12,23 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
 
     sys.exit(check(sys.argv[2:]))
 
-# The SIGTERMs that come before the server takes its signals over (serve() acts on them): in the
-# image Python is PID 1, and the kernel drops a signal PID 1 has no handler for, so one during
-# the start (the imports below, the store's load) needs this one.
+# The stops (SIGTERM, Ctrl-C's SIGINT, a closed terminal's SIGHUP) that come before the server
+# takes its signals over, which serve() then acts on: in the image Python is PID 1, and the
+# kernel drops a signal PID 1 has no handler for, so one during the start (the imports below,
+# the store's load) needs this one; a Ctrl-C there was a KeyboardInterrupt's traceback. The
+# server puts this handler back when it is done, and raises the signals it took again.
 _stops_asked: list[int] = []
+
+
+def _note_stop(signum: int, frame: object) -> None:
+    if signum == signal.SIGINT and signal.SIGINT in _stops_asked:
+        raise KeyboardInterrupt  # Ctrl-C twice: stop now (main exits 130)
+    _stops_asked.append(signum)
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda signum, _: _stops_asked.append(signum))
+    for _stop in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(_stop, _note_stop)
 
 import asyncio
 import contextlib
@@ -309,17 +320,28 @@ def build(settings: Settings) -> Petstore:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python app.py [flags]`: serve until SIGTERM or Ctrl-C (`python app.py healthcheck` is
-    answered above, before the imports)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if sys.stdout is None:  # closed by whoever started us: Python could not open it
-        refuse_start("stdout is closed: start with it open (>/dev/null drops the access log)", None)
-        return 2
+    """`python app.py [flags]`: serve until SIGTERM, Ctrl-C or SIGHUP (`python app.py
+    healthcheck` is answered above, before the imports)."""
     try:
+        code = _start_and_serve(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:  # Ctrl-C twice during the start: stopped there, nothing served
+        return 130
+    # Ctrl-C: the same stop as SIGTERM's, then the shell's code for a SIGINT (the server raised
+    # the signal again once done, and _note_stop, back by then, noted it: no traceback).
+    return 130 if code == 0 and signal.SIGINT in _stops_asked else code
+
+
+def _start_and_serve(argv: Sequence[str]) -> int:
+    try:
+        if sys.stdout is None:  # closed by whoever started us: Python could not open it
+            raise SettingsError(
+                "stdout is closed: start with it open (>/dev/null drops the access log)"
+            )
         settings, key_line = with_key(load_settings(argv, os.environ))
     except SettingsError as error:  # in the log format asked for, if that one was readable
         asked = Settings(log_format=log_format_asked(argv, os.environ))
-        configure_logging(asked)
+        if asked.log_format == "json":  # text is written as it is (uvicorn's needs a stdout)
+            configure_logging(asked)
         refuse_start(str(error), asked)
         return 2
     start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
@@ -338,18 +360,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
 
     # The stack itself: Petstore's own call is one await more a request.
-    try:
-        serve(
-            app.app,
-            settings,
-            app.health.stop,
-            note_refusal=app.access_log.note_refusal,
-            sock=sock,
-            announce=announce,
-            stops_asked=_stops_asked,
-        )
-    except KeyboardInterrupt:  # Ctrl-C, after the same graceful stop as SIGTERM's
-        return 130  # the shell's code for a SIGINT, without uvicorn's re-raised traceback
+    serve(
+        app.app,
+        settings,
+        app.health.stop,
+        note_refusal=app.access_log.note_refusal,
+        sock=sock,
+        announce=announce,
+        stops_asked=_stops_asked,
+    )
     return 0
 
 

@@ -213,7 +213,7 @@ class Journal:
                 name = name.replace(secret.lower(), REDACTED)
         return name
 
-    def _entry(self, recorded: Recorded, wall_minus_monotonic: int) -> JournalEntry:
+    def _entry(self, recorded: Recorded, wall_minus_perf_counter: int) -> JournalEntry:
         headers: dict[str, str] = {}
         for name, value in recorded.headers:
             if name in _UNRECORDED_HEADERS:
@@ -224,7 +224,7 @@ class Journal:
         query = recorded.query.decode("latin-1")
         entry = JournalEntry(
             seq=recorded.seq,
-            time=rfc3339(recorded.started_ns + wall_minus_monotonic),
+            time=rfc3339(recorded.started_ns + wall_minus_perf_counter),
             method=self._redact(recorded.method),
             path=self._redact(recorded.path),
             query=self._redact_query(query),

@@ -280,11 +280,14 @@ def start_logging(
 
 def refuse_start(reason: str, settings: Settings | None) -> None:
     """Say why the start stops: a line of text on stderr, or, once the settings are read and
-    ask for JSON, one JSON line of the log, as every other line."""
+    ask for JSON, one JSON line of the log, as every other line; either way with no secret of
+    the settings in it (a file's line quoted in the reason may hold a key)."""
     if settings is not None and settings.log_format == "json":
-        logger.error("%s", reason)
+        logger.error("%s", reason)  # Redact, the handler's filter, takes the secrets out
         wait_for_outlets()
     else:
+        if settings is not None:
+            reason = redact(reason, settings.secrets)
         # One write, the line and its end together: print() writes them apart, and other
         # workers of `uvicorn app:app`, refusing at the same moment on the same stderr, came
         # in between.

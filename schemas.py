@@ -185,7 +185,7 @@ class Operation(enum.Enum):
     ANY = "*"
 
 
-class NewFaultRule(msgspec.Struct, forbid_unknown_fields=True):
+class NewFaultRule(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A fault rule as POST /_admin/faults takes it: `operation` and one of `status`, `delayMs`
     or `drop` (not both `status` and `drop`); `retryAfter` only with 429 or 503."""
 
@@ -200,7 +200,7 @@ class NewFaultRule(msgspec.Struct, forbid_unknown_fields=True):
     )
 
 
-class FaultRule(NewFaultRule, kw_only=True):
+class FaultRule(NewFaultRule, kw_only=True, frozen=True):
     """A fault rule in force; `times`, if given, is what is left of it."""
 
     id: Annotated[int, msgspec.Meta(ge=1)]

@@ -11,8 +11,10 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -32,8 +34,9 @@ _CUT_OFF_SECONDS: Final = 1.0
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server that says where it listens once it does, and turns /readyz to 503 as
-    soon as shutdown begins."""
+    """uvicorn's server that says where it listens once it does, and, as soon as a stop is
+    asked (SIGTERM, SIGINT, and SIGHUP too: a sidecar started from a terminal that closed),
+    turns /readyz to 503 and takes no new connection."""
 
     def __init__(
         self,
@@ -46,11 +49,15 @@ class _Server(uvicorn.Server):
         self.on_exit = on_exit
         self.announce = announce
         self.stops_asked = stops_asked
+        self.stopped_by: int | None = None  # the first stop's signal
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        if self.should_exit:  # a SIGTERM came during the start: nothing is served
-            logger.info("stopped before serving: a SIGTERM came during the start")
+        if self.stopped_by is not None:  # a stop came during the start: nothing is served
+            name = signal.Signals(self.stopped_by).name
+            logger.info("stopped before serving: a %s came during the start", name)
             return
+        self.loop = asyncio.get_running_loop()
         await super().startup(sockets)  # the lifespan (the store loaded), then the listening socket
         if self.started and sockets is not None:  # uvicorn says where only of what it bound
             self._log_started_message(sockets)
@@ -75,20 +82,41 @@ class _Server(uvicorn.Server):
             await self.lifespan.shutdown()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = sig
         self.on_exit()
         super().handle_exit(sig, frame)
+        # Soon, not here: a signal's handler runs between any two bytecodes of the loop's work.
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._stop_taking_requests)
+
+    def _stop_taking_requests(self) -> None:
+        """The first steps of uvicorn's shutdown, at once rather than at its next check (every
+        0.1 s), in which new connections were taken and served (a create's 201) while /readyz
+        said 503: the listening sockets closed, and each connection to end after the answer
+        it is giving (an idle one now). uvicorn's shutdown does them again: nothing more."""
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        """uvicorn's, acting at once on the signals that came during the start; and the logs'
-        last lines are written (their Outlets' threads) before it raises the signal it caught
-        again, which ends the process (`python app.py` swallows it: app.py's handler is back
-        by then, and the process exits 0)."""
+        """uvicorn's (SIGTERM, SIGINT) and SIGHUP, acting at once on the signals that came
+        during the start; and the logs' last lines are written (their Outlets' threads) before
+        it raises the signal it caught again, which ends the process (`python app.py` notes
+        it: app.py's handler is back by then, and the process exits 0, or 130 for a SIGINT)."""
+        main = threading.current_thread() is threading.main_thread()  # signals only there
         with super().capture_signals():
-            for signum in self.stops_asked:
-                self.handle_exit(signum, None)
-            yield
-            wait_for_outlets()
+            hangup = signal.signal(signal.SIGHUP, self.handle_exit) if main else None
+            try:
+                for signum in self.stops_asked:
+                    self.handle_exit(signum, None)
+                yield
+                wait_for_outlets()
+            finally:  # back before uvicorn raises the signals again, as it puts back its own
+                if hangup is not None:
+                    signal.signal(signal.SIGHUP, hangup)
 
 
 def bound_socket(settings: Settings) -> socket.socket:
@@ -163,12 +191,19 @@ def warn_of_unread(environ: Mapping[str, str]) -> None:
 
 def check_workers(settings: Settings, *, generated_key: bool) -> None:
     """Under `uvicorn app:app`, refuse a worker that has siblings (--workers) where each would
-    go its own way: over pets in memory, or with a key it made itself."""
+    go its own way: with a key it made itself, with the test-control plane (a fault rule, the
+    journal, a reset would reach the worker a request happened to reach), over pets in
+    memory."""
     if multiprocessing.parent_process() is None or _reloading():
         return
     if generated_key:
         raise SettingsError(
             "several workers would each make their own key: configure one (PETSTORE_API_KEYS)"
+        )
+    if settings.admin_keys:
+        raise SettingsError(
+            "several workers would each keep their own fault rules and journal: run one worker"
+            " with an admin key (or replicas of one worker each, and a plane for each)"
         )
     if settings.data is None and settings.database is None:
         raise SettingsError(

@@ -1712,3 +1712,86 @@ def test_the_readme_s_pytest_fixture_works_as_written(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 passed" in run.stdout
+
+
+def test_a_closed_stdout_is_refused_in_json_when_asked() -> None:
+    """Started with stdout closed and JSON logs asked for: the refusal is one JSON line."""
+    result = finished(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "app.py", "--port", "0"],
+        {"PETSTORE_API_KEYS": KEY, "PETSTORE_LOG_FORMAT": "json"},
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert json.loads(line)["message"] == (
+        "stdout is closed: start with it open (>/dev/null drops the access log)"
+    )
+
+
+def test_uvicorn_with_two_workers_and_an_admin_key_says_why_it_is_refused(launch: Launcher) -> None:
+    """Several workers with the test-control plane: refused (each would keep its own rules)."""
+    port = free_port()
+    server = launch(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2"],
+        {"PETSTORE_API_KEYS": KEY, "PETSTORE_ADMIN_KEYS": "admin-key-0123456789abcdef"},
+        port,
+    )
+    refusal = "petstore: several workers would each keep their own fault rules and journal"
+    wait_until(
+        lambda: any(line.startswith(refusal) for line in server.stderr.splitlines()), refusal
+    )
+    assert not answers(server.base_url)
+
+
+def test_from_a_sigterm_on_no_new_connection_is_taken(start_server: ServerFactory) -> None:
+    """Once a SIGTERM is acted on (/readyz 503), a new connection is refused at once."""
+    # uvicorn took and served them (a create's 201) until its next check, up to 0.1 s later.
+    server = start_server()
+    with server.client() as http:  # one connection, kept alive
+        assert http.get("/readyz").status_code == 200
+        server.process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(httpx.TransportError):  # closed by the shutdown: listeners too
+            wait_until(lambda: http.get("/readyz").status_code == 503, "/readyz 503")
+        with pytest.raises(httpx.ConnectError):
+            httpx.post(f"{server.base_url}/v1/pets", content=REX_BODY, headers=bearer(KEY))
+    assert server.process.wait(10) == 0
+
+
+@pytest.mark.parametrize(
+    ("stop", "code"), [(signal.SIGINT, 130), (signal.SIGHUP, 0)], ids=["ctrl-c", "hangup"]
+)
+def test_a_ctrl_c_or_a_hangup_during_the_start_stops_it_before_serving(
+    start_server: ServerFactory, tmp_path: Path, stop: signal.Signals, code: int
+) -> None:
+    """A Ctrl-C (a KeyboardInterrupt's traceback) or a SIGHUP during the start: as a SIGTERM."""
+    fifo = tmp_path / "seed.json"
+    os.mkfifo(fifo)
+    server = start_server("--seed", str(fifo), wait=False)
+    deadline = time.monotonic() + 15
+    writer = None
+    while writer is None:  # a writer opens a FIFO once its reader, the start, is there
+        assert server.process.poll() is None, server.stderr
+        assert time.monotonic() < deadline, "the start never opened its seed"
+        with contextlib.suppress(OSError):
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        time.sleep(0.05)  # a poll interval: the loop checks the condition
+    server.process.send_signal(stop)
+    os.write(writer, b"[]")
+    os.close(writer)
+    assert server.process.wait(15) == code, server.stderr
+    assert "Traceback" not in server.stderr
+    assert f"stopped before serving: a {stop.name} came during the start" in server.stderr
+
+
+def test_a_hangup_stops_as_a_sigterm_does(start_server: ServerFactory) -> None:
+    """SIGHUP lets the request in flight finish, then exits 0 with the access log written."""
+    # A terminal that closed, an ssh session dropped: it ended the process at once.
+    server = start_server("--admin-key", "admin-key-0123456789", "--log-level", "trace")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
+        sock.sendall(waiting_request("X-Request-Id: hung-up\r\n").replace(b"30000", b"1000"))
+        # uvicorn's trace of the app called: the request is waiting out its delay
+        wait_until(lambda: "Started scope=" in server.stderr, "the request in the app")
+        server.process.send_signal(signal.SIGHUP)
+        status_line, headers, _ = parse_response(read_until_closed(sock))
+    assert (status_line, headers["x-request-id"]) == ("HTTP/1.1 200 OK", "hung-up")
+    assert server.process.wait(10) == 0
+    assert "hung-up" in server.stdout  # its access line

@@ -401,6 +401,14 @@ BAD_SETTINGS = [
     pytest.param([], {"PETSTORE_DATA": ""}, id="env-data-empty"),
     pytest.param(["--seed", ""], {}, id="seed-empty"),
     pytest.param([], {"PETSTORE_DATABASE_URL": ""}, id="env-database-empty"),
+    pytest.param(["--database", "postgresql://u:pw@[::1/db"], {}, id="database-bracket-open"),
+    pytest.param([], {"PETSTORE_DATABASE_URL": "postgresql://u:pw@h]/db"}, id="env-database-shut"),
+    pytest.param(["--database", "postgresql://u:pw@[zz]:5432/db"], {}, id="database-not-ipv6"),
+    pytest.param(
+        ["--database", "postgresql://u:pw@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca"],
+        {},
+        id="database-ca-file-missing",
+    ),
     pytest.param(["--api-kye", KEY], {}, id="mistyped-flag"),
     pytest.param(["--po", "0"], {}, id="abbreviated-flag"),
 ]
@@ -714,3 +722,23 @@ def test_help_names_the_variables_the_defaults_and_the_healthcheck() -> None:
     checked = run("healthcheck", "--help")
     assert checked.startswith("usage: app.py healthcheck [--ready] [--host HOST] [--port PORT]")
     assert "--database" not in checked
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_refusal_quoting_a_file_shows_no_key(tmp_path: Path, log_format: str) -> None:
+    """A refusal that quotes a seed's text writes a configured key there as [redacted]."""
+    seed = tmp_path / "seed.json"
+    seed.write_text(f'[{{"name": "Rex", "categoryId": 1, "{KEY}": 1}}]')
+    result = subprocess.run(
+        [sys.executable, "app.py", "--seed", str(seed), "--log-format", log_format],
+        env=environment({"PETSTORE_PORT": str(free_port()), "PETSTORE_API_KEYS": KEY}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "unknown field" in result.stderr
+    assert "[redacted]" in result.stderr
+    assert KEY not in result.stderr
