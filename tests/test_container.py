@@ -70,8 +70,8 @@ def test_two_stages_on_slim_python_of_the_lock() -> None:
 
 
 def test_lock_installed_with_hashes_and_only_the_venv_copied() -> None:
-    """The build stage installs the lock with --require-hashes, then takes pip and setuptools
-    out of the venv (25 MB the service never runs); the runtime takes the venv."""
+    """The build stage installs the lock with --require-hashes; the runtime takes only the venv."""
+    # The build stage then takes pip and setuptools out of the venv (25 MB the service never runs).
     build, runtime = stages()
     installs = [args for args in arguments(build, "RUN") if "pip install" in args]
     assert len(installs) == 1
@@ -94,10 +94,10 @@ def test_image_and_context_carry_every_module_and_nothing_else() -> None:
 
 
 def test_runs_as_numeric_non_root_user_owning_the_data_directory() -> None:
-    """USER is numeric and not root, and /data is created owned by it, its group root's and
-    writable by that group (an arbitrary uid in group 0, as OpenShift runs images, writes it
-    too: the image test checks); no VOLUME (it made an anonymous volume for every container,
-    pets in memory or not)."""
+    """USER is numeric, not root, and owns /data with group root, group-writable; no VOLUME."""
+    # /data writable by group root: an arbitrary uid in group 0, as OpenShift runs images, writes it
+    # too (the image test checks). No VOLUME: it made an anonymous volume for every container, pets
+    # in memory or not.
     runtime = stages()[-1]
     user = arguments(runtime, "USER")[-1]
     assert re.fullmatch(r"[0-9]+(:[0-9]+)?", user), user
@@ -123,8 +123,8 @@ def test_listens_on_all_interfaces_on_the_exposed_port() -> None:
 
 
 def test_python_is_pid_1_with_a_shutdown_budget_under_the_stop_timeout() -> None:
-    """Exec-form ENTRYPOINT runs app.py, taking the flags given after the image's name (no
-    CMD: none by default); SIGTERM stops it; graceful shutdown takes under 10 s."""
+    """Exec-form ENTRYPOINT runs app.py; SIGTERM stops it; graceful shutdown takes under 10 s."""
+    # The ENTRYPOINT takes the flags given after the image's name (no CMD: none by default).
     runtime = stages()[-1]
     assert json.loads(arguments(runtime, "ENTRYPOINT")[-1]) == ["python", "app.py"]
     assert json.loads(arguments(runtime, "CMD")[-1]) == []
@@ -148,8 +148,8 @@ def test_healthcheck_is_the_service_s_own_command() -> None:
 def test_healthcheck_command_follows_the_service_on_petstore_port(
     start_server: ServerFactory,
 ) -> None:
-    """The healthcheck's command passes on the service's PETSTORE_PORT (even with a dead
-    HTTP proxy configured) and fails where nothing listens."""
+    """The healthcheck passes on the service's PETSTORE_PORT and fails where nothing listens."""
+    # It passes even with a dead HTTP proxy configured.
     server = start_server()
     check = [sys.executable, *healthcheck_command()[1:]]
     dead_proxy = f"http://127.0.0.1:{free_port()}"

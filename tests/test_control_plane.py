@@ -142,8 +142,9 @@ def endpoints_of(app: Petstore) -> list[Endpoint]:
 
 @pytest.mark.parametrize(("settings", "on"), [(Settings(api_keys=(KEY,)), False), (PLANE, True)])
 def test_off_means_the_plane_is_not_in_the_request_path(settings: Settings, on: bool) -> None:
-    """Without an admin key no journal is kept, no endpoint intercepts, one key set is
-    checked: no request does any work for the plane. With one, all three are there."""
+    """Without an admin key the plane is not in the request path; with one, it is."""
+    # Without an admin key no journal is kept, no endpoint intercepts, one key set is checked: no
+    # request does any work for the plane. With one, all three are there.
     app = plane_app(settings)
     assert (app.plane is not None) is on
     assert (app.access_log.journal is not None) is on
@@ -243,10 +244,10 @@ async def test_reset_is_refused_with_a_data_file(tmp_path: Path) -> None:
 
 
 async def test_journal_is_in_the_order_requests_arrived() -> None:
-    """A request held by a delay is numbered as it arrives and listed before the requests that
-    came after it and ended first: `seq`, `time` and the order agree, and `limit` keeps the
-    ones that arrived last (they were in the order they ended: a retry before the try; probe
-    16). It is in the journal once it ends."""
+    """The journal lists requests in the order they arrived, and holds each once it ends."""
+    # A request held by a delay is numbered as it arrives and listed before the requests that came
+    # after it and ended first: `seq`, `time` and the order agree, and `limit` keeps the ones that
+    # arrived last. They were in the order they ended: a retry before the try.
     app = plane_app()
     assert app.plane is not None
     faults = app.plane.faults
@@ -317,8 +318,8 @@ async def test_journal_leaves_out_admin_probes_and_docs(plane: httpx.AsyncClient
 
 
 async def test_journal_filters_and_limit(plane: httpx.AsyncClient) -> None:
-    """method, path (exact), status, requestId (exact), and limit (the N that arrived last),
-    alone and together."""
+    """The journal filters by method, path, status and requestId, and limit, alone and together."""
+    # path and requestId match exactly; limit keeps the N that arrived last.
     await plane.post("/v1/pets", json=REX, headers=AUTH)  # 1: 201
     await plane.get("/v1/pets", headers=AUTH)  # 2: 200
     await plane.get("/v1/pets/1", headers=AUTH)  # 3: 200
@@ -346,8 +347,9 @@ async def test_journal_filters_and_limit(plane: httpx.AsyncClient) -> None:
 async def test_journal_refuses_a_filter_it_does_not_have(
     plane: httpx.AsyncClient, query: str
 ) -> None:
-    """A query parameter that is no filter (misspelled, or one another tool has) is a 400
-    naming the filters: ignored, it matched every request, and an assertion on them passed."""
+    """A query parameter that is no journal filter is a 400 naming the filters."""
+    # Misspelled, or one another tool has: ignored, it matched every request, and an assertion on
+    # them passed.
     await plane.get("/v1/pets", headers=AUTH)
     response = await plane.get(f"/_admin/requests?{query}", headers=ADMIN)
     message = assert_error(response, 400, "validation_error")
@@ -392,8 +394,7 @@ async def test_journal_size_zero_records_nothing() -> None:
 
 
 async def test_journal_cuts_a_body_at_4096_bytes(plane: httpx.AsyncClient) -> None:
-    """A body over 4096 bytes is kept to its first 4096, with bodyTruncated; one at the limit
-    is kept whole."""
+    """A body over 4096 bytes is kept to its first 4096 with bodyTruncated; one at 4096, whole."""
     long_body = json.dumps({"name": "x" * 5000, "categoryId": 1})
     exact_body = json.dumps({"name": "y" * (4096 - 29), "categoryId": 1})
     assert len(exact_body) == 4096
@@ -408,9 +409,9 @@ async def test_journal_cuts_a_body_at_4096_bytes(plane: httpx.AsyncClient) -> No
 
 
 async def test_journal_keeps_the_body_the_service_read() -> None:
-    """The body is what createPet read: a body sent in pieces, whole; one over --max-body, as
-    far as it was read; none for a create refused before reading (a 401); an injected
-    status's, read for the journal alone."""
+    """The journal keeps the body createPet read, as far as it read it."""
+    # A body sent in pieces, whole; one over --max-body, as far as it was read; none for a create
+    # refused before reading (a 401); an injected status's, read for the journal alone.
     settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), max_body=100)
     async with running(plane_app(settings)) as plane:
 
@@ -440,8 +441,9 @@ async def test_journal_keeps_the_body_the_service_read() -> None:
 
 
 async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) -> None:
-    """Keys sent where they don't belong (another header, its name even, the query, percent-
-    encoded there too, the path, a body) are redacted; the credential headers are never kept."""
+    """Keys sent where they don't belong are redacted; the credential headers are never kept."""
+    # Where they don't belong: another header, its name even, the query, percent-encoded there too,
+    # the path, a body.
     await plane.post(
         f"/v1/pets?key={KEY}",
         json={"name": ADMIN_KEY, "categoryId": 1},
@@ -462,10 +464,11 @@ async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) ->
 
 
 async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redacted() -> None:
-    """No key gets through the journal in the forms a probe found: as the method's name, JSON-
-    escaped in a body, percent-encoded in a header other than the query, as a header's name
-    (lower-cased by the server), across the body's 4096-byte cut, or inside a longer key; and
-    a query parameter that hid one is given out decoded, the others as sent."""
+    """No key gets through the journal hidden by an encoding, a case, a cut or another key."""
+    # The forms a probe found: as the method's name, JSON-escaped in a body, percent-encoded in a
+    # header other than the query, as a header's name (lower-cased by the server), across the body's
+    # 4096-byte cut, or inside a longer key. A query parameter that hid one is given out decoded,
+    # the others as sent.
     api_key, admin_key = "Abc123key", "xAbc123keyz"  # an API key inside the admin key
     settings = Settings(api_keys=(api_key, "PURGE"), admin_keys=(admin_key,))
     auth = {"Authorization": f"Bearer {api_key}"}
@@ -513,8 +516,9 @@ async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redact
     ids=["escaped", "shortened", "surrogates"],
 )
 def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
-    """Every key is redacted whole or not given out at all, however the body's 4096-byte cut
-    falls on it: escaped, after keys that redaction shortened, or as a surrogate pair."""
+    """Every key is redacted whole or not given out, however the body's 4096-byte cut falls."""
+    # The cut may fall on a key escaped, after keys that redaction shortened, or as a surrogate
+    # pair.
     secrets = (KEY, "Ab\U0001f600")
     journal_ = Journal(10, secrets)
     scope = {"path": "/v1/pets", "method": "POST", "query_string": b"", "headers": []}
@@ -535,9 +539,10 @@ def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
 def test_journal_times_follow_the_wall_clock_when_it_is_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An entry's time is its monotonic arrival turned into the wall clock when the journal is
-    read: a wall clock set an hour on since the start (NTP, an operator, a suspend) moves it,
-    as it moves the access log's (the offset was taken once, at the start; review 18)."""
+    """An entry's time follows the wall clock when it is set, as the access log's does."""
+    # An entry's time is its monotonic arrival turned into the wall clock when the journal is read:
+    # a wall clock set an hour on since the start (NTP, an operator, a suspend) moves it. The offset
+    # used to be taken once, at the start.
     journal_ = Journal(10, [KEY])
     scope = {"path": "/v1/pets", "method": "GET", "query_string": b"", "headers": []}
     journal_.record(scope, 1, time.perf_counter_ns(), 1000, 200, b"id-1")
@@ -553,9 +558,10 @@ def test_journal_times_follow_the_wall_clock_when_it_is_set(
 
 
 def test_a_password_with_an_ampersand_across_two_parameters_is_redacted() -> None:
-    """A database password may hold a raw `&`: in a query with its other characters
-    percent-encoded it spans two parameters, which decoded one at a time hold no secret; the
-    query is then given out decoded whole, redacted (review 19)."""
+    """A password with a raw `&` across two query parameters is redacted, the query decoded."""
+    # A database password may hold a raw `&`: in a query with its other characters percent-encoded
+    # it spans two parameters, which decoded one at a time hold no secret; the query is then given
+    # out decoded whole, redacted.
     journal_ = Journal(10, [KEY, "p\u00e4&ss+w\u00f6rd"])
     scope = {"path": "/v1/pets", "method": "GET", "headers": []}
     journal_.record(
@@ -571,8 +577,8 @@ def test_a_password_with_an_ampersand_across_two_parameters_is_redacted() -> Non
 
 
 async def test_journal_memory_is_bounded() -> None:
-    """1,000 entries with 4 KiB bodies (and scopes as uvicorn makes them) take a few
-    megabytes, and the ring never holds more than its size."""
+    """1,000 entries with 4 KiB bodies take a few MB; the ring never holds more than its size."""
+    # The entries' scopes are as uvicorn makes them.
     journal_ = Journal(PLANE.journal_size, [KEY])
 
     def scope(number: int) -> dict[str, Any]:
@@ -618,9 +624,9 @@ async def test_journal_memory_is_bounded() -> None:
 
 
 async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
-    """A head may hold 64 KiB and more, from clients with no key: an entry keeps the headers
-    whole, in order, until 16 KiB, and says it left the rest out; a thousand entries of 100
-    KiB heads stay within 25 MB (they took 112 MB: probe 19). A head within it is kept whole."""
+    """An entry keeps the headers whole, in order, until 16 KiB, and says it left the rest out."""
+    # A head may hold 64 KiB and more, from clients with no key. A thousand entries of 100 KiB heads
+    # stay within 25 MB (they took 112 MB). A head within 16 KiB is kept whole.
     journal_ = Journal(PLANE.journal_size, [KEY])
     pads = [(b"x-pad-%d" % n, b"p" * 8000) for n in range(12)]
     big = {"type": "http", "method": "GET", "path": "/v1/pets", "query_string": b""}
@@ -650,9 +656,9 @@ async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
 
 
 async def test_reading_a_full_journal_leaves_the_loop_to_others() -> None:
-    """A thousand entries with their 16 KiB of headers take a while to turn into JSON: done
-    off the event loop, a /healthz sent after the journal's GET is answered first (the read
-    held every other request for 0.24 s: probe 19)."""
+    """A full journal is read off the event loop: a /healthz sent after it is answered first."""
+    # A thousand entries with their 16 KiB of headers take a while to turn into JSON; on the loop,
+    # the read held every other request for 0.24 s.
     app = plane_app()
     pads = {f"x-pad-{n}": "p" * 1000 for n in range(16)}
     async with running(app) as http:
@@ -737,8 +743,8 @@ async def test_times_is_exact_under_concurrent_requests(plane: httpx.AsyncClient
 
 
 async def test_probability_uses_the_random_draw() -> None:
-    """probability: 0.5 with draws 0.7, 0.2, 0.5, 0.1: the 2nd and 4th are faulted; a failed
-    draw does not count down times."""
+    """A rule's probability uses the random draw; a failed draw does not count down times."""
+    # probability: 0.5 with draws 0.7, 0.2, 0.5, 0.1: the 2nd and 4th are faulted.
     async with running(plane_app(chance=Draws(0.7, 0.2, 0.5, 0.1))) as plane:
         await add_rule(plane, operation="*", status=500, probability=0.5, times=2)
         statuses = [(await plane.get("/v1/pets", headers=AUTH)).status_code for _ in range(5)]
@@ -746,8 +752,9 @@ async def test_probability_uses_the_random_draw() -> None:
 
 
 async def test_a_failed_draw_goes_on_to_the_next_rule() -> None:
-    """Two rules match: the first one whose draw succeeds is used. Draws 0.9 then 0.1 against
-    a first rule at probability 0.5: the second rule (no draw) answers, then the first."""
+    """Of two matching rules, the first one whose draw succeeds is used."""
+    # Draws 0.9 then 0.1 against a first rule at probability 0.5: the second rule (no draw) answers,
+    # then the first.
     async with running(plane_app(chance=Draws(0.9, 0.1))) as plane:
         await add_rule(plane, operation="listPets", status=500, probability=0.5)
         await add_rule(plane, operation="*", status=503)
@@ -914,8 +921,8 @@ async def test_prefer_both_and_the_rest_ignored(plane: httpx.AsyncClient) -> Non
 async def test_prefer_headers_are_one_list_whose_first_instances_count(
     plane: httpx.AsyncClient,
 ) -> None:
-    """Two Prefer headers are one list; a preference given again counts only in its first
-    instance (RFC 7240, 2): `delay=0, delay=100` waits nothing, and applies `delay=0` alone."""
+    """Two Prefer headers are one list; a repeated preference counts only in its first instance."""
+    # RFC 7240, 2: `delay=0, delay=100` waits nothing, and applies `delay=0` alone.
     response = await plane.get(
         "/v1/pets", headers=[*AUTH.items(), ("Prefer", "return=minimal"), ("Prefer", "code=503")]
     )
@@ -962,9 +969,9 @@ async def test_injected_answers_are_in_the_journal(plane: httpx.AsyncClient) -> 
 
 
 async def test_an_injected_create_is_journaled_with_its_body(plane: httpx.AsyncClient) -> None:
-    """A create answered with an injected status (a rule's, or its Prefer's) is journaled with
-    the body it sent, read for the journal alone (nothing is stored): the attempt its retry is
-    compared with. It had none (probe 16). A long one is cut as any other."""
+    """A create given an injected status is journaled with the body it sent; nothing is stored."""
+    # Injected by a rule or by its Prefer; the body is read for the journal alone: the attempt its
+    # retry is compared with. It once had none. A long one is cut as any other.
     await add_rule(plane, operation="createPet", status=503, times=1)
     body, long_body = json.dumps(REX), json.dumps({**REX, "name": "R" * 10_000})
     keyed = {**AUTH, "Idempotency-Key": "order-1", "Content-Type": "application/json"}
@@ -986,9 +993,10 @@ async def test_an_injected_create_is_journaled_with_its_body(plane: httpx.AsyncC
 
 
 def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) -> None:
-    """On the real process a drop rule closes the connection, nothing sent; the next request
-    is served, and the journal has the dropped one with status null, the access log `-` (no
-    500 that was never sent), and the metrics count it with status `dropped`."""
+    """A drop rule closes the connection with nothing sent; the next request is served."""
+    # On the real process. A drop rule closes the connection, nothing sent. The journal has the
+    # dropped one with status null, the access log `-` (no 500 that was never sent), and the metrics
+    # count it with status `dropped`.
     server = start_server("--admin-key", ADMIN_KEY)
     with server.client() as http:
         rule = {"operation": "getPet", "drop": True, "times": 1}
@@ -1031,9 +1039,10 @@ def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) 
 def test_a_dropped_create_always_sees_the_connection_end_never_a_reset(
     start_server: ServerFactory,
 ) -> None:
-    """A drop closes lingering: a client that sends its body after the head (as httpx does)
-    sees the connection end (httpx's RemoteProtocolError), never a reset (ReadError), which
-    one drop of a create in three got (probe 16)."""
+    """A dropped create's client sees the connection end, never a reset."""
+    # A drop closes lingering: a client that sends its body after the head (as httpx does) sees the
+    # connection end (httpx's RemoteProtocolError), never a reset (ReadError), which one drop of a
+    # create in three once got.
     server = start_server("--admin-key", ADMIN_KEY)
     tries = 20
     with server.client() as http:
@@ -1056,8 +1065,8 @@ def test_a_dropped_create_always_sees_the_connection_end_never_a_reset(
 
 
 def test_a_delay_is_never_shorter_than_asked(start_server: ServerFactory) -> None:
-    """An injected delay lasts at least its milliseconds by the journal's clock (uvloop's
-    timers, counting whole milliseconds, woke the wait up to one early: 99.6 ms for 100)."""
+    """An injected delay lasts at least its milliseconds by the journal's clock."""
+    # uvloop's timers, counting whole milliseconds, woke the wait up to one early: 99.6 ms for 100.
     server = start_server("--admin-key", ADMIN_KEY)
     with server.client() as http:
         for _ in range(15):
@@ -1071,10 +1080,11 @@ def test_a_delay_is_never_shorter_than_asked(start_server: ServerFactory) -> Non
 def test_a_create_whose_client_left_during_a_delay_is_stored_then_replayed(
     start_server: ServerFactory,
 ) -> None:
-    """A create held by an injected delay whose client leaves meanwhile (its timeout shorter
-    than the delay) is handled as usual once the delay is over: stored, journaled 201 with its
-    body, and its retry with the same Idempotency-Key replayed. uvicorn dropped the body the
-    client had sent, and the create was lost (journaled a 400 with no body)."""
+    """A create whose client left during a delay is stored, journaled 201, its retry replayed."""
+    # A create held by an injected delay whose client leaves meanwhile (its timeout shorter than the
+    # delay) is handled as usual once the delay is over: stored, journaled 201 with its body, and
+    # its retry with the same Idempotency-Key replayed. uvicorn dropped the body the client had
+    # sent, and the create was lost (journaled a 400 with no body).
     server = start_server("--admin-key", ADMIN_KEY)
     body = b'{"name":"Rex","categoryId":1}'
     head = (
@@ -1117,8 +1127,8 @@ def test_a_create_whose_client_left_during_a_delay_is_stored_then_replayed(
 def test_admin_keys_and_journal_size_from_flags_or_environment(
     start_server: ServerFactory, args: list[str], env: dict[str, str]
 ) -> None:
-    """The plane opens with the configured admin key and keeps the configured journal size;
-    no admin key reaches the output."""
+    """The plane opens with the configured admin key and journal size; no admin key is output."""
+    # The admin key and the journal size are configured by flags or the environment.
     server = start_server(*args, env=env)
     with server.client() as http:
         for _ in range(3):

@@ -74,9 +74,9 @@ async def test_allowed_preflight_is_answered_before_the_credential(
 async def test_a_configured_origin_may_reach_a_private_address(
     client: httpx.AsyncClient,
 ) -> None:
-    """Chrome's Private Network Access: a public page calling the dev server on localhost asks
-    in its preflight first (Starlette refuses by default: "Disallowed CORS private-network").
-    Allowed for a configured origin; another origin is still refused."""
+    """A preflight asking for private-network access is allowed for a configured origin only."""
+    # Chrome's Private Network Access: a public page calling the dev server on localhost asks in its
+    # preflight first (Starlette refuses by default: "Disallowed CORS private-network").
     asking = {"Access-Control-Request-Private-Network": "true"}
     allowed = await client.options("/v1/pets", headers={**preflight(APP_ORIGIN), **asking})
     assert allowed.status_code == 200
@@ -106,8 +106,8 @@ async def test_a_configured_origin_may_reach_a_private_address(
 async def test_refused_preflight_is_an_error_body(
     client: httpx.AsyncClient, headers: dict[str, str], refused: str
 ) -> None:
-    """A preflight for another origin, method or header: 400 validation_error naming what was
-    refused, no allowance."""
+    """A refused preflight: 400 validation_error naming what was refused, no allowance."""
+    # Refused: a preflight for another origin, another method or another header.
     response = await client.options("/v1/pets", headers=headers)
     message = assert_error(response, 400, "validation_error")
     assert message == f"Disallowed CORS {refused}: this preflight is refused"
@@ -142,8 +142,8 @@ async def test_answers_to_an_allowed_origin_expose_the_contract_headers(
 async def test_a_browser_harness_can_clear_the_journal_and_the_rules(
     client: httpx.AsyncClient,
 ) -> None:
-    """A test harness in a page of a configured origin may DELETE the plane's journal and rules:
-    the preflight allows it, and the answer can be read."""
+    """A configured origin's page may DELETE the plane's journal and rules and read the answer."""
+    # A test harness in the page: the preflight allows the DELETE, and the answer can be read.
     for path in ("/_admin/requests", "/_admin/faults"):
         allowed = await client.options(path, headers=preflight(APP_ORIGIN, method="DELETE"))
         assert allowed.status_code == 200
@@ -267,10 +267,11 @@ _FETCHES = """async ([api, key]) => {
 
 
 def test_a_browser_app_on_another_origin_uses_the_api(start_server: ServerFactory) -> None:
-    """In Chromium, a page of the configured origin (another port) creates with a key, an
-    Idempotency-Key and its own X-Request-Id through the preflight, reads the headers the
-    contract exposes (Location, X-Request-Id, Idempotent-Replayed, WWW-Authenticate) and a 401's
-    Error; a page of another origin (`localhost` for `127.0.0.1`) gets nothing."""
+    """In Chromium, a configured origin's page uses the API; another origin's page gets nothing."""
+    # A page of the configured origin (another port) creates with a key, an Idempotency-Key and its
+    # own X-Request-Id through the preflight, and reads the headers the contract exposes (Location,
+    # X-Request-Id, Idempotent-Replayed, WWW-Authenticate) and a 401's Error. A page of another
+    # origin (`localhost` for `127.0.0.1`) gets nothing.
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)"
     pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AppPage)
     threading.Thread(target=pages.serve_forever, daemon=True).start()

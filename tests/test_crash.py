@@ -26,8 +26,9 @@ def storage_unavailable(message: str) -> dict[str, Any]:
 def test_fdatasync_eio_on_the_real_process(
     tmp_path: Path, start_traced: TracedFactory, start_server: ServerFactory
 ) -> None:
-    """With the third fdatasync failing (EIO): two creates 201, then 503 for every create and
-    /readyz, reads go on; after a restart the file holds exactly the two pets."""
+    """After an fdatasync fails (EIO), creates and /readyz are 503 and reads go on."""
+    # With the third fdatasync failing: two creates 201, then 503 for every create and /readyz,
+    # reads go on; after a restart the file holds exactly the two pets.
     path = tmp_path / "pets.jsonl"
     traced = start_traced(path, "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when=3+")
     with traced.client() as http:
@@ -73,8 +74,9 @@ def test_fdatasync_eio_on_the_real_process(
 def test_pwrite_enospc_on_the_real_process(
     tmp_path: Path, start_traced: TracedFactory, start_server: ServerFactory
 ) -> None:
-    """With the second pwrite failing (ENOSPC): that create 503, the next one 201 under a new id,
-    the store stays ready, and the file loads with exactly the two acknowledged pets."""
+    """A failed pwrite (ENOSPC) is a 503 for that create; the next gets a new id; still ready."""
+    # With the second pwrite failing: that create 503, the next one 201 under a new id, the store
+    # stays ready, and the file loads with exactly the two acknowledged pets.
     path = tmp_path / "pets.jsonl"
     traced = start_traced(path, "-e", "trace=pwrite64", "-e", "inject=pwrite64:error=ENOSPC:when=2")
     with traced.client() as http:
@@ -201,9 +203,10 @@ def all_pets(server: Server) -> list[dict[str, Any]]:
 
 
 def test_sigkill_loses_no_acknowledged_pet(tmp_path: Path, start_server: ServerFactory) -> None:
-    """SIGKILL at random moments under 8 concurrent creating clients: after each restart the file
-    loads, every acknowledged pet is there with the same fields, ids strictly increase, and no
-    id is acknowledged twice across rounds."""
+    """SIGKILL under concurrent creates loses no acknowledged pet and acknowledges no id twice."""
+    # SIGKILL at random moments under 8 concurrent creating clients: after each restart the file
+    # loads, every acknowledged pet is there with the same fields, ids strictly increase, and no id
+    # is acknowledged twice across rounds.
     rng = random.Random(20240611)  # noqa: S311 - a reproducible kill moment, no secret
     path = tmp_path / "pets.jsonl"
     acknowledged: dict[int, dict[str, Any]] = {}
@@ -241,10 +244,11 @@ def test_sigkill_loses_no_acknowledged_pet(tmp_path: Path, start_server: ServerF
 def test_retries_with_keys_after_sigkill_replay_and_make_no_duplicate(
     tmp_path: Path, start_server: ServerFactory
 ) -> None:
-    """8 clients create with Idempotency-Keys; SIGKILL; after the restart each retries every
-    create it sent: an acknowledged one replays its 201 exactly; one that got no answer
-    replays if it reached the disk, else is created now. In the end every key made exactly one
-    pet and every acknowledged pet is there, the same."""
+    """Keyed retries after SIGKILL replay or create: each key makes exactly one pet."""
+    # 8 clients create with Idempotency-Keys; SIGKILL; after the restart each retries every create
+    # it sent: an acknowledged one replays its 201 exactly; one that got no answer replays if it
+    # reached the disk, else is created now. In the end every key made exactly one pet and every
+    # acknowledged pet is there, the same.
     rng = random.Random(20301205)  # noqa: S311 - a reproducible kill moment, no secret
     path = tmp_path / "pets.jsonl"
     server = start_server("--data", str(path))

@@ -62,8 +62,8 @@ async def test_create_is_201_with_pet_and_location(
 async def test_a_key_given_twice_is_checked_each_time_and_the_last_wins(
     client: httpx.AsyncClient,
 ) -> None:
-    """A JSON object with a key twice (README): each value is checked as it is read, and of
-    two valid ones the last is the pet's."""
+    """A JSON key given twice is checked each time it is read; of two valid values the last wins."""
+    # The README names this behaviour.
     last = await post_raw(client, b'{"name": "Ann", "name": "Rex", "categoryId": 1}')
     assert (last.status_code, last.json()) == (201, {"id": 1, "name": "Rex", "categoryId": 1})
     wrong_first = await post_raw(client, b'{"name": 5, "name": "Rex", "categoryId": 1}')
@@ -454,8 +454,8 @@ async def test_content_type_other_than_json_is_415(
 
 
 async def test_a_content_encoding_other_than_identity_is_415(client: httpx.AsyncClient) -> None:
-    """A compressed body (Content-Encoding: gzip) is not read as if it were JSON: 415, nothing
-    stored; `identity` is the body as it is."""
+    """A compressed body (Content-Encoding: gzip) is 415, nothing stored; `identity` is accepted."""
+    # The compressed body is not read as if it were JSON; `identity` is the body as it is.
     body = json.dumps({"name": "Rex", "categoryId": 1}).encode()
     compressed = await client.post(
         "/v1/pets",
@@ -472,8 +472,9 @@ async def test_a_content_encoding_other_than_identity_is_415(client: httpx.Async
 
 
 async def test_several_content_encodings_are_one_list(client: httpx.AsyncClient) -> None:
-    """Several Content-Encoding headers are one list (RFC 9110 5.3): `gzip` then `identity` is
-    a 415 (the last one was read alone: a 201, the gzip-declared body read as JSON)."""
+    """Several Content-Encoding headers are one list: `gzip` then `identity` is a 415."""
+    # RFC 9110 5.3. Were the last one read alone, it would be a 201, the gzip-declared body read as
+    # JSON.
     body = json.dumps({"name": "Rex", "categoryId": 1}).encode()
     twice = [("Content-Type", JSON), ("Content-Encoding", "gzip"), ("Content-Encoding", "identity")]
     refused = await client.post("/v1/pets", content=body, headers=twice)
@@ -610,8 +611,9 @@ async def test_past_the_last_int64_id_a_create_is_a_503(
 
 @pytest.mark.anyio
 async def test_a_validation_message_speaks_json_the_field_first(client: httpx.AsyncClient) -> None:
-    """As CONTRACT.md writes one: msgspec's "Expected `int`, got `str` - at `$.categoryId`"
-    spoke Python to a client in any language."""
+    """A validation message names the JSON field first and speaks JSON, as CONTRACT.md writes."""
+    # msgspec's "Expected `int`, got `str` - at `$.categoryId`" spoke Python to a client in any
+    # language.
     answers = [
         await client.post("/v1/pets", json={"name": "Rex", "categoryId": "1"}),
         await client.post("/v1/pets", json={"name": "Rex", "categoryId": 1.5}),

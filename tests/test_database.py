@@ -161,9 +161,9 @@ async def test_metrics_count_the_pets_in_the_database(url: str) -> None:
 
 
 async def test_ids_end_below_the_counter_s_last_value(url: str, postgres: Cluster) -> None:
-    """The counter is a bigint: ids go up to 2**63 - 2, and a create past them answers 503
-    storage_unavailable, stores nothing, and leaves the service serving (not a 500 for the
-    whole batch from the database's "bigint out of range")."""
+    """Ids go up to 2**63 - 2; a create past them is 503 storage_unavailable and stores nothing."""
+    # The counter is a bigint. The service goes on serving: not a 500 for the whole batch from the
+    # database's "bigint out of range".
     async with replica(url) as http:
         await http.post("/v1/pets", json=REX)
         postgres.sql("UPDATE petstore_ids SET next_id = 9223372036854775805", Cluster.name(url))
@@ -177,8 +177,8 @@ async def test_ids_end_below_the_counter_s_last_value(url: str, postgres: Cluste
 
 
 async def test_a_seed_that_takes_the_last_id_leaves_no_id_to_give(url: str, tmp_path: Any) -> None:
-    """A seed may hold id 2**63 - 1: it is stored, and a create then answers 503 (the counter
-    can't pass it), where setting it had failed with a traceback."""
+    """A seed may hold id 2**63 - 1: it is stored, and a create then answers 503."""
+    # The counter can't pass it; setting it had failed with a traceback.
     seed = tmp_path / "seed.json"
     seed.write_text(f'[{{"id": {2**63 - 1}, "name": "Rex", "categoryId": 1}}]')
     async with replica(url, seed=str(seed)) as http:
@@ -187,10 +187,10 @@ async def test_a_seed_that_takes_the_last_id_leaves_no_id_to_give(url: str, tmp_
 
 
 async def test_shutdown_waits_for_creates_queued_behind_a_slow_commit(url: str) -> None:
-    """A commit held up (here by a lock on the ids' row), creates queued behind it, then the
-    shutdown: every create is committed and answered 201, and the store closes. The writer
-    had slept through close()'s wake-up once it had taken the queued creates, and the process
-    never exited."""
+    """Shutdown commits every create queued behind a slow commit, each a 201; the store closes."""
+    # A commit held up (here by a lock on the ids' row), creates queued behind it, then the
+    # shutdown. The writer had slept through close()'s wake-up once it had taken the queued creates,
+    # and the process never exited.
     configured = Settings(api_keys=(KEY,), database=url)
     store = open_store(configured)
     assert isinstance(store, DatabaseStore)
@@ -227,10 +227,9 @@ async def test_shutdown_waits_for_creates_queued_behind_a_slow_commit(url: str) 
 async def test_a_table_renamed_away_is_an_outage_the_service_recovers_from(
     url: str, postgres: Cluster, table: str
 ) -> None:
-    """A table renamed away: readyz, creates and reads answer 503 naming it, and once the
-    table is back the service is ready again. The check had ended at the first such error,
-    leaving readiness as it last was; and with petstore_pets away, readyz said ready while
-    every request was a 500."""
+    """A table renamed away: readyz, creates and reads are 503 naming it; ready again once back."""
+    # The check had ended at the first such error, leaving readiness as it last was; and with
+    # petstore_pets away, readyz said ready while every request was a 500.
     database = Cluster.name(url)
     async with replica(url) as http:
         assert (await http.post("/v1/pets", json=REX)).status_code == 201
@@ -254,9 +253,10 @@ async def test_a_table_renamed_away_is_an_outage_the_service_recovers_from(
 async def test_a_role_that_may_only_use_the_tables_runs_the_service(
     url: str, postgres: Cluster
 ) -> None:
-    """A role with no right to create in the schema (PostgreSQL 15's default for all but its
-    owner) but every right on the tables: the start's CREATE TABLE IF NOT EXISTS was refused
-    even with the tables there, and stopped every start with a traceback."""
+    """A role with every right on the tables but none to create in the schema runs the service."""
+    # No right to create in the schema is PostgreSQL 15's default for all but its owner. The start's
+    # CREATE TABLE IF NOT EXISTS was refused even with the tables there, and stopped every start
+    # with a traceback.
     async with replica(url) as http:
         assert (await http.post("/v1/pets", json=REX)).status_code == 201
     role, password = f"user_{next(ROLES)}", "a-password-0123456789"
@@ -276,8 +276,9 @@ ROLES = itertools.count(1)
 def test_a_setting_the_server_refuses_stops_the_start_in_one_line(
     url: str, postgres: Cluster, start_server: ServerFactory
 ) -> None:
-    """A parameter the server refuses (an unknown setting in the URL's query) is a bad setting
-    like one the driver refuses: it was a 43-line traceback and exit 1."""
+    """A parameter the server refuses stops the start in one line, like one the driver refuses."""
+    # The parameter: an unknown setting in the URL's query. It is a bad setting; it was a 43-line
+    # traceback and exit 1.
     server = start_server("--database", f"{url}&bogus_setting=1", wait=False)
     assert server.process.wait(15) == 2
     assert server.stderr.strip().splitlines() == [
@@ -291,8 +292,8 @@ def test_a_setting_the_server_refuses_stops_the_start_in_one_line(
 
 
 async def test_a_retry_sent_to_another_replica_is_replayed_there(url: str) -> None:
-    """The key is in the database: replica B replays A's 201 (body, Location) and refuses the
-    key with another request (422); one pet in all."""
+    """A retry on replica B replays A's 201 and refuses the key with another request (422)."""
+    # The key is in the database: B replays the body and the Location; one pet in all.
     async with replica(url) as a, replica(url) as b:
         first = await a.post("/v1/pets", json=REX, headers=keyed("order-7"))
         again = await b.post("/v1/pets", json=REX, headers=keyed('"order-7"'))
@@ -310,8 +311,9 @@ async def test_a_retry_sent_to_another_replica_is_replayed_there(url: str) -> No
 
 
 async def test_concurrent_creates_with_one_key_on_two_replicas_make_one_pet(url: str) -> None:
-    """16 creates with one key and body, 8 on each replica, at once: one pet; every answer
-    is that pet's 201 (first or replayed) or a 409, never a second pet or a 500."""
+    """Concurrent creates with one key on two replicas make one pet; each gets its 201 or a 409."""
+    # 16 creates with one key and body, 8 on each replica, at once: one pet; every answer is that
+    # pet's 201 (first or replayed) or a 409, never a second pet or a 500.
     async with replica(url) as a, replica(url) as b:
         answers = await asyncio.gather(
             *(http.post("/v1/pets", json=REX, headers=keyed("once")) for http in [a, b] * 8)
@@ -369,9 +371,10 @@ def test_a_bad_database_url_is_refused_without_showing_it(bad: str) -> None:
     ],
 )
 def test_a_password_that_could_be_read_two_ways_is_refused(url: str) -> None:
-    """The driver reads a user's part up to its first @, urllib (which finds the password to
-    redact) up to its last, and a # ends it for both: the rest would have been logged as the
-    host ("database 1234@h/db unavailable"). Refused, saying how to write it."""
+    """A database URL whose password could be read two ways is refused, saying how to write it."""
+    # The driver reads a user's part up to its first @, urllib (which finds the password to redact)
+    # up to its last, and a # ends it for both: the rest would have been logged as the host
+    # ("database 1234@h/db unavailable").
     with pytest.raises(SettingsError) as refused:
         load_settings([], {"PETSTORE_DATABASE_URL": url})
     assert str(refused.value) == (
@@ -392,8 +395,9 @@ def test_a_password_that_could_be_read_two_ways_is_refused(url: str) -> None:
     ],
 )
 def test_a_good_url_is_taken_and_logs_name_its_hosts_only(url: str, described: str) -> None:
-    """One host or several (libpq's primary and standbys), a port or none, IPv6, a unix
-    socket: taken, and named in logs as HOST:PORT/DATABASE, never with the user's part."""
+    """A good database URL is taken, and named in logs as HOST:PORT/DATABASE only."""
+    # Good: one host or several (libpq's primary and standbys), a port or none, IPv6, a unix socket.
+    # Logs never show the user's part.
     assert load_settings([], {"PETSTORE_DATABASE_URL": url}).database == url
     assert describe(url) == described
 
@@ -431,9 +435,9 @@ def test_a_schema_of_another_version_stops_the_start_in_one_line(
 def test_a_database_with_another_program_s_table_of_our_name_stops_the_start(
     url: str, postgres: Cluster
 ) -> None:
-    """A database holding a `petstore_pets` no petstore made (no schema version): the start
-    stops in one line that says so, as for version 0, and nothing of ours is left there; it
-    was the driver's DuplicateTableError (probe 15)."""
+    """A database holding a `petstore_pets` no petstore made stops the start in one line."""
+    # No petstore made it: no schema version. The line says so, as for version 0, and nothing of
+    # ours is left there; it was the driver's DuplicateTableError.
     database = Cluster.name(url)
     postgres.sql("CREATE TABLE petstore_pets (owner text)", database)
     with pytest.raises(SettingsError) as raised:
@@ -496,8 +500,9 @@ def every_id(http: httpx.Client) -> list[int]:
 def test_a_reader_following_after_across_replicas_misses_nothing(
     url: str, start_server: ServerFactory
 ) -> None:
-    """Two replicas under 8 concurrent clients, 60 creates each; a reader tails listPets by
-    `after`, asking the replicas in turn: it sees every acknowledged pet, once, in order."""
+    """A reader tailing by `after` across replicas sees every acknowledged pet once, in order."""
+    # Two replicas under 8 concurrent clients, 60 creates each; the reader asks the replicas in
+    # turn.
     base_urls = [start_server("--database", url).base_url for _ in range(2)]
     seen: list[int] = []
     with httpx.Client(headers=AUTH, timeout=10) as reader:
@@ -542,9 +547,10 @@ def test_sigkill_of_a_replica_loses_no_acknowledged_pet(
 def test_an_outage_answers_503_then_recovers_by_itself(
     own_postgres: Cluster, start_server: ServerFactory
 ) -> None:
-    """The server crashes (pg_ctl stop -m immediate) under load and comes back: 503
-    storage_unavailable meanwhile, readyz 503, healthz 200, one log line when it went and one
-    when it came back; nothing acknowledged lost, and creates work again."""
+    """A database crash answers 503 storage_unavailable meanwhile, then recovers by itself."""
+    # The server crashes (pg_ctl stop -m immediate) under load and comes back: 503
+    # storage_unavailable meanwhile, readyz 503, healthz 200, one log line when it went and one when
+    # it came back; nothing acknowledged lost, and creates work again.
     server = start_server("--database", own_postgres.url("postgres"), "--log-format", "json")
     with server.client() as http, creating([server.base_url], clients=4) as acknowledged:
         wait_until(lambda: len(acknowledged) >= 100, "100 creates acknowledged")
@@ -576,8 +582,9 @@ def test_an_outage_answers_503_then_recovers_by_itself(
 
 
 def test_the_start_waits_for_the_database(start_server: ServerFactory) -> None:
-    """Started before its database: the ready line, readyz 503 and healthz 200 while it waits
-    (one log line), then ready by itself once the database is up, tables made."""
+    """Started before its database, the service waits, then is ready by itself once it is up."""
+    # While it waits: the ready line, readyz 503 and healthz 200 (one log line); once the database
+    # is up, tables made.
     cluster = Cluster()  # made, not started
     try:
         server = start_server("--database", cluster.url("postgres"), wait=False)
@@ -635,9 +642,9 @@ def test_a_url_the_driver_refuses_stops_the_start_in_one_line(start_server: Serv
 def test_json_logs_take_a_library_s_warnings_too(
     url: str, postgres: Cluster, start_server: ServerFactory, tmp_path: Path
 ) -> None:
-    """With `--log-format json` every line is one JSON object, a library's too: asyncpg's
-    `warnings.warn` of a password file others may read (it is then not read) went out as two
-    lines of text, past the logs' redaction."""
+    """With `--log-format json` every line is one JSON object, a library's warnings too."""
+    # asyncpg's `warnings.warn` of a password file others may read (it is then not read) went out as
+    # two lines of text, past the logs' redaction.
     passfile = tmp_path / "pgpass"
     passfile.write_text(f"*:*:*:*:{postgres.password}\n")
     passfile.chmod(0o644)
@@ -662,12 +669,13 @@ def test_json_logs_take_a_library_s_warnings_too(
 def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_answers(
     own_postgres: Cluster, start_server: ServerFactory
 ) -> None:
-    """The server hangs (a network partition: connections open, nothing answers). A create
-    and a read get their 503 within the statement's 10 s: the driver's own timeout then
-    waited for its cancel request, which the hung server never takes, and answered after
-    20 s. The create's 503 says it may have been stored; one queued behind it is answered
-    with it, unsent (it waited for a connection of its own). SIGTERM while a create waits
-    on the database: the cut-off 500, where the connection had been closed unanswered."""
+    """A hung database: a create and a read are 503 within 10 s; SIGTERM still answers a 500."""
+    # The server hangs (a network partition: connections open, nothing answers). A create and a read
+    # get their 503 within the statement's 10 s: the driver's own timeout then waited for its cancel
+    # request, which the hung server never takes, and answered after 20 s. The create's 503 says it
+    # may have been stored; one queued behind it is answered with it, unsent (it waited for a
+    # connection of its own). SIGTERM while a create waits on the database: the cut-off 500, where
+    # the connection had been closed unanswered.
     url = own_postgres.url("postgres")
     trace = ("--database", url, "--log-level", "trace")
     timed, stopped = start_server(*trace), start_server(*trace)
@@ -712,10 +720,10 @@ def test_a_database_that_stops_answering_gets_503s_in_time_and_sigterm_still_ans
 async def test_a_start_whose_statements_go_unanswered_gives_up_and_serves(
     url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The start's connection made and its statements left unanswered (here by the schema's
-    lock, held by another session; a partition after the handshake, a stuck migration): the
-    start gives up after a statement's timeout and serves, readyz 503 until the database
-    answers. It waited for good, before listening, a SIGTERM only noted (review 18)."""
+    """A start whose statements go unanswered gives up after a statement's timeout and serves."""
+    # The start's connection made and its statements left unanswered (here by the schema's lock,
+    # held by another session; a partition after the handshake, a stuck migration): readyz 503 until
+    # the database answers. It waited for good, before listening, a SIGTERM only noted.
     monkeypatch.setattr("database.STATEMENT_SECONDS", 0.5)
     locker = await asyncpg.connect(url)
     try:
@@ -733,9 +741,9 @@ async def test_a_start_whose_statements_go_unanswered_gives_up_and_serves(
 def test_a_seed_longer_than_a_statement_s_timeout_is_given_time_by_its_size(
     url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The seed is one statement, given the statements' timeout and more by its size: with the
-    timeout cut to 0.2 s here, 100,000 pets (about a second) are seeded at the start, as two
-    million (17 s) are under the 10 s one. It was cut off, and retried for ever (review 19)."""
+    """The seed's one statement is given the statements' timeout and more by its size."""
+    # With the timeout cut to 0.2 s here, 100,000 pets (about a second) are seeded at the start, as
+    # two million (17 s) are under the 10 s one. It was cut off, and retried for ever.
     monkeypatch.setattr("database.STATEMENT_SECONDS", 0.2)
     monkeypatch.setattr("tables.STATEMENT_SECONDS", 0.2)
     seed = tmp_path / "seed.json"
@@ -746,9 +754,9 @@ def test_a_seed_longer_than_a_statement_s_timeout_is_given_time_by_its_size(
 
 
 async def test_closing_does_not_wait_for_the_probe_s_statement(url: str) -> None:
-    """The probe's look held up (here by a lock on the table it reads; a database that stopped
-    answering holds it up to the statement's 10 s): the store closes at once, the look
-    cancelled, so that SIGTERM ends an idle replica over a hung database at once."""
+    """With the probe's look held up, the store closes at once, the look cancelled."""
+    # Held up here by a lock on the table it reads; a database that stopped answering holds it up to
+    # the statement's 10 s. So SIGTERM ends an idle replica over a hung database at once.
     store = open_store(Settings(api_keys=(KEY,), database=url))
     assert isinstance(store, DatabaseStore)
     await store.open()
@@ -771,8 +779,9 @@ async def test_closing_does_not_wait_for_the_probe_s_statement(url: str) -> None
 async def test_closing_over_a_database_that_stopped_answering_takes_a_second(
     own_postgres: Cluster,
 ) -> None:
-    """The database hung, not yet known to be away (no statement has run out its time): the
-    pool's connections can't say goodbye, and the store lets go of them after a second."""
+    """Over a hung database, the store lets go of the pool's connections after a second."""
+    # The database hung, not yet known to be away (no statement has run out its time): the pool's
+    # connections can't say goodbye.
     url = own_postgres.url("postgres")
     store = open_store(Settings(api_keys=(KEY,), database=url))
     assert isinstance(store, DatabaseStore)
@@ -791,8 +800,9 @@ async def _ready(store: DatabaseStore) -> bool:
 
 
 async def test_a_create_that_may_have_been_stored_is_told_how_to_retry_it() -> None:
-    """A commit that went unanswered: a keyed create is told to retry with its key (replayed,
-    or made once); one without a key, which has none to retry with, to look for it first."""
+    """A create whose commit went unanswered is told how to retry: with its key, or look first."""
+    # A keyed create is told to retry with its key (replayed, or made once); one without a key,
+    # which has none to retry with, to look for it first.
     loop = asyncio.get_running_loop()
     pet = NewPet(name="Rex", categoryId=CategoryId(1))
     keyed, keyless = (
@@ -814,9 +824,9 @@ async def test_a_create_that_may_have_been_stored_is_told_how_to_retry_it() -> N
 def test_an_outage_s_cause_never_shows_the_password_pgpassword_s_included(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """An error whose text holds the password the driver was given (the URL's, or PGPASSWORD's
-    when the URL has none, which the store once left as it was) names it [redacted], in the
-    503s and in the log."""
+    """An error holding the driver's password names it [redacted], in the 503s and in the log."""
+    # The password is the URL's, or PGPASSWORD's when the URL has none, which the store once left as
+    # it was.
     url = "postgresql://u@db/pets"
     settings = Settings(api_keys=(KEY,), database=url, pgpassword="a-pgpassword-0123456789")
     store = DatabaseStore(url, where="db/pets", password=settings.database_password)
@@ -829,8 +839,9 @@ def test_an_outage_s_cause_never_shows_the_password_pgpassword_s_included(
 def test_the_503s_name_the_outage_s_latest_cause_and_the_log_its_first(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A server shutting down, then refusing connections: every 503 of the outage named the
-    first cause ("the database system is shutting down") long after it stopped being true."""
+    """An outage's 503s name its latest cause, and the log its first."""
+    # A server shutting down, then refusing connections: every 503 of the outage named the first
+    # cause ("the database system is shutting down") long after it stopped being true.
     settings = Settings(api_keys=(KEY,), database="postgresql://u:a-password-0123456789@db/pets")
     store = DatabaseStore(
         settings.database or "", where="db/pets", password=settings.database_password

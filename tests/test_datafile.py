@@ -90,8 +90,8 @@ async def stored_pets(path: Path) -> list[dict[str, Any]]:
 def test_hand_written_file_is_served_and_appended_to(
     tmp_path: Path, start_server: ServerFactory
 ) -> None:
-    """A JSON Lines file written by hand (any key order, spaces, UTF-8) is served as it is, and
-    a create appends one compact line to it."""
+    """A hand-written JSON Lines file is served as it is; a create appends one compact line."""
+    # Hand-written: any key order, spaces, UTF-8.
     path = tmp_path / "pets.jsonl"
     hand_written = (
         b'{"id": 1, "name": "Rex", "categoryId": 1, "status": "available"}\n'
@@ -149,8 +149,9 @@ async def test_create_appends_exactly_one_line(
 async def test_created_only_after_the_fdatasync_covering_it_returned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While the fdatasync that covers a create blocks, the create has no answer and no reader
-    sees the pet; the record was written before that fdatasync; the 201 follows its return."""
+    """A create is answered 201 only after the fdatasync covering its record returns."""
+    # While the fdatasync that covers a create blocks, the create has no answer and no reader sees
+    # the pet; the record was written before that fdatasync.
     path = tmp_path / "pets.jsonl"
     real_fdatasync = os.fdatasync
     entered, release = threading.Event(), threading.Event()
@@ -203,8 +204,8 @@ class CountingFileStore(FileStore):
 async def test_concurrent_creates_share_fdatasyncs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """50 creates arriving while an fdatasync is slow go to disk together: fewer fdatasyncs
-    than creates, 50 distinct ids, all of them there after a restart."""
+    """Creates arriving during a slow fdatasync share fdatasyncs: fewer of them than creates."""
+    # 50 creates, 50 distinct ids, all of them there after a restart.
     path = tmp_path / "pets.jsonl"
     real_fdatasync = os.fdatasync
     calls: list[int] = []
@@ -278,8 +279,8 @@ TORN_TAILS = [
 async def test_torn_tail_is_dropped_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, records: bytes, tail: bytes
 ) -> None:
-    """A torn last record is cut off at load with a warning naming the dropped bytes; the whole
-    records load, and the next create appends cleanly after them."""
+    """A torn last record is cut off at load with a warning naming the dropped bytes."""
+    # The whole records load, and the next create appends cleanly after them.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(records + tail)
     with caplog.at_level(logging.WARNING, logger="petstore.store"):
@@ -452,8 +453,8 @@ DAMAGE = [
 def test_damaged_file_is_refused_and_left_untouched(
     tmp_path: Path, content: bytes, line_number: int, reason: str
 ) -> None:
-    """Damage other than a torn last record raises DataFileError naming the file and the line,
-    and leaves the file byte for byte as it was."""
+    """Damage other than a torn tail raises DataFileError naming the line; the file is untouched."""
+    # The error names the file and the line; the file is left byte for byte as it was.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(content)
     before = digest(path)
@@ -469,8 +470,8 @@ def test_damaged_file_is_refused_and_left_untouched(
 def test_damaged_file_stops_the_process_with_one_line(
     tmp_path: Path, start_server: ServerFactory
 ) -> None:
-    """`python app.py --data DAMAGED` exits 2 with one `petstore: ...` line naming the file and
-    the line, no traceback, the file untouched."""
+    """`python app.py --data DAMAGED` exits 2 with one `petstore: ...` line, the file untouched."""
+    # The line names the file and the line; no traceback.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(line(REX) + b'{"id":2,"name":"Tom"}\n' + LINE_3)
     before = digest(path)
@@ -511,8 +512,8 @@ def test_torn_tail_real_process_starts_and_warns(
 async def test_failed_write_is_503_and_creates_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A write failing with ENOSPC: 503 storage_unavailable, the file as before, the store still
-    takes creates, and the failed create's id is never handed out."""
+    """A write failing with ENOSPC is 503 storage_unavailable, the file as before; creates go on."""
+    # The store still takes creates, and the failed create's id is never handed out.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
 
@@ -545,8 +546,8 @@ async def test_failed_write_is_503_and_creates_go_on(
 
 @pytest.mark.anyio
 async def test_short_write_is_cut_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A write that stores part of a record and then fails: 503, the part cut off the file, the
-    store still takes creates under a new id."""
+    """A write that stores part of a record then fails: 503, the part cut off; creates go on."""
+    # The store still takes creates under a new id.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     real_pwrite = os.pwrite
@@ -582,8 +583,9 @@ async def test_short_write_is_cut_off(tmp_path: Path, monkeypatch: pytest.Monkey
 async def test_failed_fdatasync_stops_creates_until_a_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """fdatasync failing with EIO: 503, the record cut off, every later create 503 and /readyz
-    503 even once fdatasync works again, reads still 200; the file loads again afterwards."""
+    """An fdatasync failing with EIO is a 503 and stops creates until a restart; reads go on."""
+    # The record is cut off; every later create 503 and /readyz 503 even once fdatasync works again,
+    # reads still 200; the file loads again afterwards.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     file_at_fdatasync: list[bytes] = []
@@ -632,11 +634,12 @@ async def test_failed_fdatasync_stops_creates_until_a_restart(
 async def test_a_failed_commit_left_in_the_file_says_it_may_have_been_stored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str | None, failing: str
 ) -> None:
-    """A write or fsync that fails, and the cut of its lines that fails too (a filesystem gone
-    read-only, a dead disk): the lines may load at the next start, so the 503 says the create
-    may have been stored, and how to retry it (probe 17: a keyless retry made a second pet, a
-    keyed one a 201 for a create it was told had failed). After the restart the pet is there,
-    and a keyed retry is its replay."""
+    """A failed commit whose lines can't be cut off is a 503 saying it may have been stored."""
+    # A write or fsync that fails, and the cut of its lines that fails too (a filesystem gone
+    # read-only, a dead disk): the lines may load at the next start, so the 503 says the create may
+    # have been stored, and how to retry it (a keyless retry made a second pet, a keyed one a 201
+    # for a create it was told had failed). After the restart the pet is there, and a keyed retry is
+    # its replay.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     real_pwrite = os.pwrite
@@ -682,9 +685,9 @@ async def test_a_failed_commit_left_in_the_file_says_it_may_have_been_stored(
 async def test_a_commit_writes_256_kib_at_most_or_one_longer_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The creates queued for the writer are written WRITE_MAX (256 KiB) at a time, a longer
-    line alone, so that a power cut tears no more than that off the end: zeros further back
-    are damage (records.split_torn_tail), not a torn tail whose lines were never acknowledged."""
+    """Queued creates are written WRITE_MAX (256 KiB) at a time, a longer line alone."""
+    # So a power cut tears no more than that off the end: zeros further back are damage
+    # (records.split_torn_tail), not a torn tail whose lines were never acknowledged.
     path = tmp_path / "pets.jsonl"
     written: list[int] = []
     real_pwrite = os.pwrite
@@ -724,9 +727,10 @@ def _zeros_then_lines(reach: int) -> bytes:
 def test_zeros_within_a_commit_s_reach_of_the_end_are_a_torn_write_further_are_damage(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Zeros that start WRITE_MAX bytes from the end at most, a block's end after them, are a
-    power cut's tear of the last commit: dropped, said with how many lines; one byte further,
-    damage: the start stops, the file untouched (review 19: no test held the boundary)."""
+    """Zeros within WRITE_MAX of the end are a torn write, dropped; one byte further, damage."""
+    # Zeros that start WRITE_MAX bytes from the end at most, a block's end after them, are a power
+    # cut's tear of the last commit: dropped, said with how many lines; one byte further, damage:
+    # the start stops, the file untouched. No test had held the boundary.
     torn, damaged = tmp_path / "torn.jsonl", tmp_path / "damaged.jsonl"
     torn.write_bytes(_zeros_then_lines(WRITE_MAX))
     damaged.write_bytes(_zeros_then_lines(WRITE_MAX + 1))
@@ -743,9 +747,10 @@ def test_zeros_within_a_commit_s_reach_of_the_end_are_a_torn_write_further_are_d
 async def test_a_bug_in_the_writer_stops_creates_and_answers_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An exception the writer thread did not expect (a bug) is logged with its traceback, its
-    creates answered 503 (they may have been stored) and later ones refused, /readyz 503: the
-    thread died, and every create waited for ever with /readyz 200 (review 18)."""
+    """A bug in the writer thread is logged; its creates are answered 503, later ones refused."""
+    # An exception the writer thread did not expect is logged with its traceback, its creates
+    # answered 503 (they may have been stored) and later ones refused, /readyz 503. The thread died,
+    # and every create waited for ever with /readyz 200.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
 
@@ -802,10 +807,11 @@ def _append(path: Path) -> None:
 async def test_a_data_file_changed_under_the_service_stops_creates(
     tmp_path: Path, change: Callable[[Path], None]
 ) -> None:
-    """Deleted, replaced, cut or written to by another hand while the service runs: the next
-    create is a 503, not a 201 for a pet the path does not hold (lost at the next start, its id
-    given again); creates stop and /readyz is 503 until a restart; the file at the path is left
-    as it was changed."""
+    """A data file changed under the service makes the next create a 503 and stops creates."""
+    # Deleted, replaced, cut or written to by another hand while the service runs: the next create
+    # is a 503, not a 201 for a pet the path does not hold (lost at the next start, its id given
+    # again); creates stop and /readyz is 503 until a restart; the file at the path is left as it
+    # was changed.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     async with serving(FileStore(str(path))) as http:
@@ -836,9 +842,10 @@ async def test_a_data_file_changed_under_the_service_stops_creates(
 async def test_a_new_data_file_is_writable_by_the_group_when_its_directory_is(
     tmp_path: Path, directory_mode: int, group_writes: bool
 ) -> None:
-    """In a directory a group shares (setgid, writable by the group, not by all), as the
-    image's /data (group 0 for OpenShift's arbitrary uids): the next start, another uid of the
-    group, opens the file. Elsewhere (/tmp too) the file is its maker's, as the umask has it."""
+    """A new data file is writable by the group in a directory the group shares, elsewhere not."""
+    # A directory a group shares: setgid, writable by the group, not by all, as the image's /data
+    # (group 0 for OpenShift's arbitrary uids): the next start, another uid of the group, opens the
+    # file. Elsewhere (/tmp too) the file is its maker's, as the umask has it.
     directory = tmp_path / "data"
     directory.mkdir()
     directory.chmod(directory_mode)
@@ -864,9 +871,9 @@ async def create_with_and_without(
 async def test_a_data_file_moved_away_during_a_commit_keeps_none_of_its_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Renamed away (a rotation) between a commit's write and the end of its fdatasync: the
-    create is a 503 and its line is cut off the file it went to, so that no 503's pet is
-    anywhere; creates stop."""
+    """A data file moved away in a commit: the create is a 503, its line cut off; creates stop."""
+    # Renamed away (a rotation) between a commit's write and the end of its fdatasync: the line is
+    # cut off the file it went to, so that no 503's pet is anywhere.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     rotated = tmp_path / "pets.jsonl.1"
@@ -890,8 +897,9 @@ async def test_a_data_file_moved_away_during_a_commit_keeps_none_of_its_lines(
 async def test_a_check_of_the_data_file_that_fails_is_no_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A stat of the path that fails otherwise than "not found" (an NFS hiccup) says nothing of
-    the file: a warning, and the create is made as usual; creates go on."""
+    """A failing stat of the data file gives a warning and the create is made as usual."""
+    # A stat of the path that fails otherwise than "not found" (an NFS hiccup) says nothing of the
+    # file; creates go on.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     real_stat = os.stat
@@ -912,8 +920,8 @@ async def test_a_check_of_the_data_file_that_fails_is_no_change(
 
 @pytest.mark.anyio
 async def test_second_store_on_the_same_file_is_refused(tmp_path: Path) -> None:
-    """A second FileStore on a file in use raises DataFileError and leaves the file alone; once
-    the first is closed the file opens."""
+    """A second FileStore on a file in use raises DataFileError; once the first closes, it opens."""
+    # The file is left alone.
     path = tmp_path / "pets.jsonl"
     path.write_bytes(RECORDS)
     first = FileStore(str(path))
@@ -930,8 +938,8 @@ async def test_second_store_on_the_same_file_is_refused(tmp_path: Path) -> None:
 def test_second_process_is_refused_and_a_killed_owner_does_not_block(
     tmp_path: Path, start_server: ServerFactory
 ) -> None:
-    """A second `python app.py` on the same data file exits 2 naming the file, which stays as it
-    was; after SIGKILL of the owner, a restart on the file succeeds."""
+    """A second process on the data file exits 2; after SIGKILL of the owner, a restart succeeds."""
+    # The second `python app.py` on the same data file names the file, which stays as it was.
     path = tmp_path / "pets.jsonl"
     owner = start_server("--data", str(path))
     with owner.client() as http:
@@ -980,8 +988,8 @@ def seed_options(how: str, seed_path: Path) -> tuple[list[str], dict[str, str]]:
 def test_seed_fills_the_memory_store_on_every_start(
     tmp_path: Path, start_server: ServerFactory, how: str
 ) -> None:
-    """Without a data file, every start holds exactly the seed pets: ids in order, given ids
-    kept; pets created in a run are gone at the next."""
+    """Without a data file, every start holds exactly the seed pets."""
+    # Ids in order, given ids kept; pets created in a run are gone at the next.
     seed_path = tmp_path / "seed.json"
     seed_path.write_text(json.dumps(SEED))
     args, env = seed_options(how, seed_path)
@@ -1004,8 +1012,8 @@ def test_seed_fills_the_memory_store_on_every_start(
 def test_seed_fills_a_new_data_file_once(
     tmp_path: Path, start_server: ServerFactory, how: str, state: str
 ) -> None:
-    """A data file that is new or empty gets the seed pets; a restart with the same seed adds
-    nothing twice."""
+    """A data file that is new or empty gets the seed pets; a restart adds nothing twice."""
+    # The restart is with the same seed.
     seed_path = tmp_path / "seed.json"
     seed_path.write_text(json.dumps(SEED))
     path = tmp_path / "pets.jsonl"
@@ -1099,8 +1107,8 @@ def test_bad_seed_stops_the_start(
     reason: str,
     store_option: str,
 ) -> None:
-    """A bad seed file stops the start: exit 2, one `petstore: seed file ...` line on stderr,
-    and no data file is made."""
+    """A bad seed file stops the start: exit 2, one `petstore: seed file ...` line, no data file."""
+    # The line is on stderr.
     seed_path = tmp_path / "seed.json"
     if content is not None:
         seed_path.write_bytes(content)
@@ -1115,8 +1123,8 @@ def test_bad_seed_stops_the_start(
 
 
 def test_a_seed_counts_integers_as_json_schema_does() -> None:
-    """`2.0` and `1e1` are integers in a seed file, ids as well as categories (as in a body),
-    and are stored as plain ints."""
+    """`2.0` and `1e1` are integers in a seed file, ids and categories, stored as plain ints."""
+    # As in a body.
     seed = seed_decoder.decode(
         b'[{"id": 2.0, "name": "Rex", "categoryId": 1.0},'
         b' {"id": 1e1, "name": "Tom", "categoryId": 2}]'
@@ -1130,8 +1138,8 @@ def test_a_seed_counts_integers_as_json_schema_does() -> None:
 async def test_past_the_last_int64_id_a_create_is_a_503_and_the_file_still_loads(
     tmp_path: Path,
 ) -> None:
-    """Once a pet holds id 2**63 - 1, a create is refused (503 storage_unavailable) instead of
-    storing an id that getPet refuses and that the next start could not load; keyed or not."""
+    """Once a pet holds id 2**63 - 1, a create is refused 503 storage_unavailable, keyed or not."""
+    # Instead of storing an id that getPet refuses and that the next start could not load.
     last = {"id": 2**63 - 1, "name": "Last", "categoryId": 1}
     path = tmp_path / "pets.jsonl"
     path.write_bytes(line(last))

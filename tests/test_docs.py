@@ -45,8 +45,8 @@ def settings(request: pytest.FixtureRequest) -> Settings:
 async def test_docs_page_loads_only_the_service_s_files(
     client: httpx.AsyncClient, settings: Settings
 ) -> None:
-    """The page needs no key, is served with the CSP, and names only our files under the root
-    path: the CSS, Swagger UI's bundle, our initializer and the document; no inline script."""
+    """The docs page needs no key, has the CSP, and names only our files under the root path."""
+    # Those files: the CSS, Swagger UI's bundle, our initializer and the document; no inline script.
     root = settings.root_path
     response = await client.get("/docs", headers={"Authorization": ""})
     assert response.status_code == 200
@@ -117,9 +117,10 @@ def response_of(operation: Locator) -> tuple[str, object]:
 
 
 def test_docs_try_it_out_in_a_real_browser(start_server: ServerFactory, tmp_path: Path) -> None:
-    """In Chromium: authorize with the key, try createPet with the body the page fills in (201,
-    the pet) and then listPets (the pet listed); getPet shows as deprecated; no CSP violation
-    or script error on the way."""
+    """In Chromium the docs page authorizes, creates and lists a pet, no CSP or script error."""
+    # Authorize with the key, try createPet with the body the page fills in (201, the pet) and then
+    # listPets (the pet listed); getPet shows as deprecated; no CSP violation or script error on the
+    # way.
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)"
     server = start_server()
     screenshot = tmp_path / "docs.png"

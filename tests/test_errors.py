@@ -204,8 +204,8 @@ class _ClosedPipe(io.StringIO):
 async def test_an_access_log_that_cannot_be_written_stops_and_requests_go_on(
     settings: Settings, store: MemoryStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A failed access-log write is logged once; the log stops (nothing piles up for it) and
-    every request is still answered."""
+    """A failed access-log write is logged once; the log stops; every request is still answered."""
+    # Once stopped, nothing piles up for the log.
     app = create_app(settings, store, access_log=_ClosedPipe())
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://p", headers=AUTH) as client:
@@ -248,8 +248,9 @@ async def test_readyz_is_503_before_startup(unstarted: httpx.AsyncClient) -> Non
 
 
 async def test_readyz_is_503_after_shutdown(app: Petstore) -> None:
-    """From the moment shutdown begins (SIGTERM calls Health.stop) and once the lifespan has
-    ended, /readyz is 503 again, its message naming the shutdown."""
+    """/readyz is 503 naming the shutdown from when it begins and after the lifespan ends."""
+    # Shutdown begins when SIGTERM calls Health.stop; /readyz is 503 again, its message naming the
+    # shutdown.
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://petstore") as c:
         async with app.router.lifespan_context(app):

@@ -57,8 +57,8 @@ async def test_get_existing_pet_is_200_with_the_pet(
 
 @pytest.mark.parametrize("text", ["01", "002", "0" * 19 + "2", "0" * 5000 + "1"])
 async def test_leading_zeros_name_the_same_id(client: httpx.AsyncClient, text: str) -> None:
-    """petId 01 is the integer 1 and 002 the integer 2, however many zeros lead (a probe found
-    20 or more refused as no int64)."""
+    """petId 01 is the integer 1 and 002 the integer 2, however many zeros lead."""
+    # A probe found 20 or more leading zeros refused as no int64.
     await create(client, REX)
     await create(client, REX)
     response = await client.get(f"/v1/pets/{text}")
@@ -203,8 +203,8 @@ async def test_successor_link_carries_the_root_path(
 async def test_successor_link_carries_a_root_path_set_by_the_server(
     app: Petstore, authorization: str
 ) -> None:
-    """With root_path /api set by the server (uvicorn --root-path), 200s and 401s alike link
-    to </api/v1/pets>."""
+    """With root_path /api set by the server, 200s and 401s alike link to </api/v1/pets>."""
+    # The server sets it as uvicorn --root-path does.
     transport = httpx.ASGITransport(app=app, root_path="/api")
     async with (
         app.router.lifespan_context(app),

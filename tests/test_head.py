@@ -98,8 +98,8 @@ def test_quick_head_writes_what_uvicorn_writes(case: str) -> None:
 
 
 def test_the_service_heads_go_the_quick_way() -> None:
-    """The service's own heads are made by QuickHead, not handed to uvicorn's `send`; a head
-    it can't make is (the check that the count can fail)."""
+    """The service's own heads are made by QuickHead, not handed to uvicorn's `send`."""
+    # A head it can't make is handed to `send`: the check that the count can fail.
     calls = []
 
     class Counting(QuickHead):
@@ -124,8 +124,8 @@ def test_the_service_heads_go_the_quick_way() -> None:
 
 
 def test_uvicorn_builds_its_cycles_as_quick_heads() -> None:
-    """uvicorn's httptools protocol makes each request's cycle by this name (importing server
-    points it at QuickHead): if a uvicorn upgrade renames it, this fails."""
+    """uvicorn's httptools protocol builds each request's cycle as a QuickHead."""
+    # Importing server points that name at QuickHead: if a uvicorn upgrade renames it, this fails.
     importlib.import_module("server")
     assert httptools_impl.RequestResponseCycle is QuickHead
     source = httptools_impl.HttpToolsProtocol.on_headers_complete.__code__.co_names

@@ -55,8 +55,8 @@ async def memory_service() -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def test_same_key_and_request_replays_the_201() -> None:
-    """A retry gets the same status, body and Location, says it is a replay, and stores
-    nothing new; the next create gets the next id."""
+    """A retry gets the same status, body and Location, says it is a replay, stores nothing new."""
+    # The next create gets the next id.
     async with memory_service() as http:
         first = await http.post("/v1/pets", json=REX, headers=keyed("order-1"))
         again = await http.post("/v1/pets", json=REX, headers=keyed("order-1"))
@@ -120,8 +120,9 @@ async def test_same_key_another_request_is_422(other_request: dict[str, Any]) ->
     ids=["quoted", "a space after", "quoted, a tab after", "quoted-pairs"],
 )
 async def test_forms_of_one_key_are_the_same_key(bare: str, other: str) -> None:
-    """`"abc"` and `abc` name one key, whitespace after a value is not part of it, and a
-    quoted-pair in a quoted key stands for its character (RFC 9110 5.5, 5.6.4)."""
+    """Quoted and bare forms of a key, with whitespace after or quoted-pairs, name one key."""
+    # `"abc"` and `abc` name one key, whitespace after a value is not part of it, and a quoted-pair
+    # in a quoted key stands for its character (RFC 9110 5.5, 5.6.4).
     async with memory_service() as http:
         await http.post("/v1/pets", json=REX, headers=keyed(bare))
         again = await http.post("/v1/pets", json=REX, headers=keyed(other))
@@ -148,9 +149,9 @@ async def test_forms_of_one_key_are_the_same_key(bare: str, other: str) -> None:
     ],
 )
 async def test_malformed_key_is_400_and_stores_nothing(key: str) -> None:
-    """Anything but 1 to 255 visible ASCII characters, bare or as a quoted string, is a 400
-    validation_error: a bare key beginning or ending with a quote too (quoting gone wrong; each
-    was a new key, and a retry through a proxy that mangled it made a second pet)."""
+    """Any key but 1 to 255 visible ASCII characters is a 400 validation_error, nothing stored."""
+    # Bare or as a quoted string; a bare key beginning or ending with a quote too (quoting gone
+    # wrong; each was a new key, and a retry through a proxy that mangled it made a second pet).
     async with memory_service() as http:
         response = await http.post(
             "/v1/pets",
@@ -245,8 +246,8 @@ def keyed_line(pet: dict[str, Any], key: str, at: int) -> bytes:
 
 
 async def test_key_and_pet_are_one_line_and_survive_a_restart(tmp_path: Path) -> None:
-    """A keyed create is one line holding the pet, the key and its time; after a restart the
-    retry replays the pet; unkeyed creates stay plain Pet lines."""
+    """A keyed create is one line with the pet, key and time; after a restart its retry replays."""
+    # Unkeyed creates stay plain Pet lines.
     path = tmp_path / "pets.jsonl"
     async with serving(FileStore(str(path))) as http:
         first = await http.post("/v1/pets", json=REX, headers=keyed("k-1"))
@@ -277,9 +278,9 @@ async def test_key_and_pet_are_one_line_and_survive_a_restart(tmp_path: Path) ->
 async def test_a_file_with_keys_and_without_loads(
     tmp_path: Path, written: Callable[[dict[str, Any]], str]
 ) -> None:
-    """Plain lines (a file from before keys) and keyed lines mix; the keys are known. A keyed
-    line is any JSON of its members: a fixture's library may sort them, or space them (such
-    a line stopped the start as "not a Pet", probe 18)."""
+    """Plain and keyed lines mix in a data file that loads, the keys known."""
+    # Plain lines come from a file from before keys. A keyed line is any JSON of its members: a
+    # fixture's library may sort them, or space them (such a line stopped the start as "not a Pet").
     path = tmp_path / "pets.jsonl"
     pet1, pet2 = {"id": 1, **TOM}, {"id": 5, **REX}
     record = {"pet": pet2, "idempotencyKey": "written-by-hand", "keyedAt": 1_700_000_000}
@@ -343,8 +344,8 @@ async def test_a_torn_keyed_record_is_cut(tmp_path: Path) -> None:
 async def test_in_flight_key_is_409_then_a_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While the first create waits for its fdatasync, the same key gets 409 (nothing stored);
-    once it is durable, a retry is a replay."""
+    """While a create awaits its fdatasync its key gets 409; once durable, a retry replays."""
+    # The 409 stores nothing.
     path = tmp_path / "pets.jsonl"
     real_fdatasync = os.fdatasync
     entered, release = threading.Event(), threading.Event()
@@ -395,10 +396,10 @@ async def a_held_create(
 
 
 async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body() -> None:
-    """The first create with a key is in flight as soon as its head arrives: held by a fault
-    rule's delay, or with its body still coming, a retry meanwhile is a 409 that stores
-    nothing, and the first is answered as usual, a 201 that is no replay (probe 18: the retry
-    made the pet, and the first came back `Idempotent-Replayed`)."""
+    """A key is in flight from its head on: a retry meanwhile is a 409, the first a plain 201."""
+    # The first create is held by a fault rule's delay, or with its body still coming; the retry's
+    # 409 stores nothing, and the first is answered as usual, a 201 that is no replay. The retry had
+    # made the pet, and the first came back `Idempotent-Replayed`.
     async with a_held_create("d") as (http, delayed):
         retry = await http.post("/v1/pets", json=REX, headers=keyed("d"))
         first = await delayed
@@ -427,10 +428,10 @@ async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body(
 
 
 async def test_fault_rules_come_before_a_key_s_409_and_400() -> None:
-    """A rule applies to every create past the credential check (CONTRACT): a retry whose key
-    another create holds, or a key that is malformed, gets the rule's status first, and the
-    rule is counted down by it (review 20: the 409 and the 400 came first, and the rule's
-    503 fell on a later create)."""
+    """A fault rule answers before a key's 409 or 400, and is counted down by it."""
+    # A rule applies to every create past the credential check (CONTRACT): a retry whose key another
+    # create holds, or a key that is malformed, gets the rule's status first. The 409 and the 400
+    # had come first, and the rule's 503 fell on a later create.
     async with a_held_create("h") as (http, first):
         rule = {"operation": "createPet", "status": 503, "times": 2}
         assert (await http.post("/_admin/faults", json=rule, headers=ADMIN)).status_code == 201
@@ -483,8 +484,8 @@ async def test_a_key_whose_write_failed_is_free_again(
 async def test_a_key_whose_fsync_failed_is_free_after_the_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After a failed fdatasync (503, creates stop until a restart) the key was not kept:
-    after the restart it creates."""
+    """A key whose create's fdatasync failed was not kept: after the restart it creates."""
+    # The failed fdatasync: 503, creates stop until a restart.
     path = tmp_path / "pets.jsonl"
 
     def broken_fdatasync(fd: int) -> None:
@@ -526,9 +527,10 @@ def test_retention_needs_both_the_age_and_the_count() -> None:
 
 
 async def test_a_forgotten_key_used_again_leaves_a_file_that_loads(tmp_path: Path) -> None:
-    """A key past its retention (over 24 h old, 100,000 newer keyed creates after it) is free
-    for another create; the file then holds the key on two lines, and it loads, the later line
-    being the key's. (The load had refused it as damage: a file the service wrote, unloadable.)"""
+    """A key past its retention is free for another create, and the file then still loads."""
+    # The later line is then the key's. Past its retention: over 24 h old, 100,000 newer keyed
+    # creates after it. The file then holds the key on two lines. The load had refused it as damage:
+    # a file the service wrote, unloadable.
     path = tmp_path / "pets.jsonl"
     made = int(time.time())
     old = made - RETAIN_SECONDS - 3600
@@ -550,8 +552,9 @@ async def test_a_forgotten_key_used_again_leaves_a_file_that_loads(tmp_path: Pat
 
 
 def test_a_key_given_again_before_it_could_be_forgotten_is_damage() -> None:
-    """At load, a key on two lines with fewer than 100,000 keyed lines between, or less than
-    24 h apart, is damage (its position); past both, the later line is the key's."""
+    """At load, a key on two lines before it could be forgotten is damage; after, the later wins."""
+    # Before it could be forgotten: fewer than 100,000 keyed lines between, or less than 24 h apart;
+    # the damage is reported at its position. Past both, the later line is the key's.
     rex, tom = Pet(id=1, name="Rex", categoryId=1), Pet(id=2, name="Tom", categoryId=2)
     between = [(f"k{n}", tom, 10 * RETAIN_SECONDS) for n in range(RETAIN_KEYS)]
     for first_made, count, damaged_at in (
@@ -608,8 +611,8 @@ def test_a_retry_after_a_restart_replays_on_the_real_process(
     ],
 )
 async def test_the_document_s_pattern_takes_what_the_service_takes(value: str) -> None:
-    """The OpenAPI document's pattern for Idempotency-Key (what a generated client checks)
-    takes a value exactly when the service does."""
+    """The document's Idempotency-Key pattern takes a value exactly when the service does."""
+    # The OpenAPI document's pattern is what a generated client checks.
     async with memory_service() as http:
         response = await http.post("/v1/pets", json=REX, headers=keyed(value))
     assert response.status_code in (201, 400)

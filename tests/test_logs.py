@@ -71,8 +71,9 @@ def seconds_ago(rfc3339: str) -> float:
 async def test_access_log_json_lines_carry_the_contract_fields(
     client: httpx.AsyncClient, app: Petstore, access_log: io.StringIO
 ) -> None:
-    """Under json each request is one object: time, client, method, path (no query), status,
-    durationUs, requestId, in that order."""
+    """Under json each request is one object with the contract's fields, in their order."""
+    # The fields: time, client, method, path (no query), status, durationUs, requestId, in that
+    # order.
     await client.get("/v1/pets?limit=5", headers={"X-Request-Id": "first"})
     await client.get("/v1/pets/1", headers={"Authorization": "", "X-Request-Id": "second"})
     app.access_log.flush()
@@ -143,8 +144,9 @@ def test_json_formatter_writes_time_level_logger_message_and_the_traceback() -> 
 
 
 def test_json_formatter_writes_a_name_that_is_not_utf8() -> None:
-    """A file name Python read from bytes that are not UTF-8 (a lone surrogate) is written
-    escaped, in one JSON line: it was a traceback of the logging module, the line lost."""
+    """A file name from bytes that are not UTF-8 is written escaped, in one JSON line."""
+    # Python reads such bytes as a lone surrogate. It was a traceback of the logging module, the
+    # line lost.
     record = logging.LogRecord(
         "petstore.store", logging.WARNING, __file__, 1, "%s: dropped", ("/d/\udcff.jsonl",), None
     )
@@ -166,9 +168,9 @@ def test_json_formatter_writes_a_name_that_is_not_utf8() -> None:
 def test_a_start_that_fails_says_why_in_json(
     flags: list[str], env: dict[str, str], message: str
 ) -> None:
-    """Under --log-format json the line that stops the start is a JSON object too: the data
-    file, the address, and a setting that can't be read, once the format itself can be (it
-    was a line of text; probe 18)."""
+    """Under --log-format json the line that stops the start is a JSON object too."""
+    # For the data file, the address, and a setting that can't be read, once the format itself can
+    # be. It was a line of text.
     result = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "--api-key", KEY, *flags],
         capture_output=True,
@@ -185,8 +187,8 @@ def test_a_start_that_fails_says_why_in_json(
 
 @pytest.mark.parametrize("format_", ["text", "xml"])
 def test_a_setting_refused_without_json_asked_is_a_line_of_text(format_: str) -> None:
-    """Without JSON asked for (or with a format that is none), the refusal is one line of
-    text, as it always was."""
+    """Without JSON asked for, a refused setting is one line of text, as it always was."""
+    # A format that is none counts as JSON not asked for.
     result = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "--log-format", format_, "--port", "abc"],
         capture_output=True,
@@ -202,8 +204,8 @@ def test_a_setting_refused_without_json_asked_is_a_line_of_text(format_: str) ->
 
 
 def test_uvicorn_lines_are_json_from_start_to_shutdown(start_server: ServerFactory) -> None:
-    """`python app.py --log-format json`: every stderr line is a JSON object, uvicorn's start-up
-    and shutdown messages included; stdout is the ready line (text) then access-log objects."""
+    """Under json every stderr line is JSON, uvicorn's start-up and shutdown messages included."""
+    # `python app.py --log-format json`; stdout is the ready line (text) then access-log objects.
     server = start_server("--log-format", "json")
     with server.client() as http:
         http.get("/v1/pets", headers={"X-Request-Id": "after-start"})
@@ -229,8 +231,8 @@ def test_uvicorn_lines_are_json_from_start_to_shutdown(start_server: ServerFacto
 
 
 def test_generated_key_line_stays_text_under_json(start_server: ServerFactory) -> None:
-    """Without a key, the generated-key line and the ready line keep their text (a harness
-    reads them); the service's own lines are JSON."""
+    """Under json the generated-key and ready lines stay text; the service's own lines are JSON."""
+    # Without a key; a harness reads those two lines.
     server = start_server("--log-format", "json", key=None)
     key_line, ready = server.stdout.splitlines()[:2]
     assert key_line.startswith("petstore: no API key configured; this run accepts: Bearer ")
@@ -240,8 +242,8 @@ def test_generated_key_line_stays_text_under_json(start_server: ServerFactory) -
 
 
 def test_uvicorn_app_under_json_writes_json_lines(launch: Launcher) -> None:
-    """`uvicorn app:app` with PETSTORE_LOG_FORMAT=json: uvicorn's own lines (its access log
-    too, on by default there) and ours are JSON objects."""
+    """`uvicorn app:app` with PETSTORE_LOG_FORMAT=json writes uvicorn's lines and ours as JSON."""
+    # uvicorn's own lines include its access log, on by default there.
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)]
     server = launch(argv, {"PETSTORE_LOG_FORMAT": "json", "PETSTORE_API_KEYS": KEY}, port)
@@ -257,8 +259,8 @@ def test_uvicorn_app_under_json_writes_json_lines(launch: Launcher) -> None:
 
 
 def test_uvicorn_s_log_level_holds_under_json(launch: Launcher) -> None:
-    """`uvicorn app:app --log-level warning` with PETSTORE_LOG_FORMAT=json: the app's logging
-    set-up, at its import, had put uvicorn's loggers back to INFO."""
+    """`uvicorn app:app --log-level warning` holds under PETSTORE_LOG_FORMAT=json."""
+    # The app's logging set-up, at its import, had put uvicorn's loggers back to INFO.
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--log-level"]
     server = launch(
@@ -275,10 +277,11 @@ def test_uvicorn_s_log_level_holds_under_json(launch: Launcher) -> None:
 def test_no_key_in_any_line_after_refusals_and_a_failed_write(
     tmp_path: Path, launch: Launcher
 ) -> None:
-    """Started with an API key, an admin key and a data file whose second fdatasync fails
-    (strace): after creates, 401s with and without keys, keys in queries, paths and bodies,
-    and the failed create, neither key appears in stdout or stderr, and every line but the
-    ready line is JSON, the storage error included."""
+    """No key appears in any output line after refusals and a failed write; all but one are JSON."""
+    # Started with an API key, an admin key and a data file whose second fdatasync fails (strace):
+    # after creates, 401s with and without keys, keys in queries, paths and bodies, and the failed
+    # create, neither key appears in stdout or stderr, and every line but the ready line is JSON,
+    # the storage error included.
     api_key, admin_key = "api-key-b5f0c1d2e3", "admin-key-f9e8d7c6b5"
     port = free_port()
     argv = [
@@ -349,8 +352,8 @@ def _refusals_and_a_failed_write_leave_no_key(server: Server, api_key: str, admi
 async def test_draining_the_access_log_takes_turns_with_requests(
     app: Petstore, access_log: io.StringIO
 ) -> None:
-    """The lifespan's half-second flush writes its lines a chunk at a time, giving the event
-    loop back between chunks (so requests waiting meanwhile are not held up), and writes all."""
+    """The access log's flush writes a chunk at a time, yielding between chunks, and writes all."""
+    # The lifespan's half-second flush; requests waiting meanwhile are not held up.
     lines = 10_000
     app.access_log.entries = [
         (("127.0.0.1", 5000), "GET", "/v1/pets", 200, 412_000, (b"x-request-id", b"id-%d" % n), 0)
@@ -379,10 +382,10 @@ async def test_draining_the_access_log_takes_turns_with_requests(
 async def test_the_lifespan_end_writes_the_lines_of_the_drain_it_cut_off(
     app: Petstore, access_log: io.StringIO
 ) -> None:
-    """The lifespan's end cancels the task that drains the access log: the lines of the
-    entries that drain had taken and not written are written too (over the memory store,
-    whose close awaits nothing, the flush ran before the cancelled drain put them back, and
-    they were never written)."""
+    """At the lifespan's end, the lines of entries the cancelled drain had taken are written too."""
+    # The lifespan's end cancels the task that drains the access log. Over the memory store, whose
+    # close awaits nothing, the flush ran before the cancelled drain put them back, and they were
+    # never written.
     lines = 2_000
     app.access_log.entries = [
         (("127.0.0.1", 5000), "GET", "/v1/pets", 200, 412_000, (b"x-request-id", b"id-%d" % n), 0)
@@ -397,8 +400,8 @@ async def test_the_lifespan_end_writes_the_lines_of_the_drain_it_cut_off(
 
 
 def test_a_refusal_s_json_line_has_null_for_the_method_and_path_it_never_gave() -> None:
-    """A 400 of the server's own, to bytes it couldn't parse: its JSON line has null for the
-    method and the path, as for an unknown client (the text line has `-`); it had "-"."""
+    """A server's own 400 to unparsable bytes has null method and path in its JSON line."""
+    # As for an unknown client; the text line has `-`. The JSON line had "-".
     stream = io.StringIO()
     log = AccessLog(None, stream, json_lines=True)  # type: ignore[arg-type]
     log.note_refusal(("127.0.0.1", 5000), b"sent-1", 35_000)
@@ -410,8 +413,9 @@ def test_a_refusal_s_json_line_has_null_for_the_method_and_path_it_never_gave() 
 
 @pytest.mark.anyio
 async def test_made_request_ids_count_up_past_a_block_of_them(client: httpx.AsyncClient) -> None:
-    """A request without a usable X-Request-Id gets the process's prefix and a hex counter one
-    more than the last made, also past the 256 ids made at a time: none repeats."""
+    """Made request ids are the process's prefix and a hex counter, none repeated past a block."""
+    # A request without a usable X-Request-Id gets the process's prefix and a hex counter one more
+    # than the last made, also past the 256 ids made at a time.
     made = [
         (await client.get("/healthz", headers={"X-Request-Id": "not one"})).headers["x-request-id"]
         for _ in range(600)
@@ -423,9 +427,9 @@ async def test_made_request_ids_count_up_past_a_block_of_them(client: httpx.Asyn
 
 
 def test_redact_keeps_every_secret_out_of_a_record() -> None:
-    """A secret in the message, in a str argument (kept a tuple, as uvicorn's access formatter
-    reads it), in another kind of argument (a scope's bytes) or in an exception's text comes
-    out as [redacted]; a record without one is left as it was."""
+    """A secret anywhere in a log record comes out [redacted]; a record without one is unchanged."""
+    # Anywhere: in the message, in a str argument (kept a tuple, as uvicorn's access formatter reads
+    # it), in another kind of argument (a scope's bytes) or in an exception's text.
     redact = Redact([KEY, ADMIN_KEY, ""])
 
     def formatted(msg: str, args: tuple[object, ...], exc: Exception | None = None) -> str:
@@ -458,9 +462,10 @@ def test_redact_keeps_every_secret_out_of_a_record() -> None:
 
 
 def test_redacting_twice_leaves_the_marks_alone() -> None:
-    """A line goes through the filter in pieces and whole (its message, its arguments, the
-    two put together): a key that is a piece of the mark itself (`e`, `act`) was found again
-    inside the marks already written (`k[r[redacted]dact[redacted]d]y` for "key")."""
+    """Redacting a line twice leaves the marks alone, even for a key that is a piece of the mark."""
+    # A line goes through the filter in pieces and whole (its message, its arguments, the two put
+    # together): a key that is a piece of the mark itself (`e`, `act`) was found again inside the
+    # marks already written (`k[r[redacted]dact[redacted]d]y` for "key").
     expected = {
         "e": "k[redacted]y [redacted] and [redacted]",
         "act": "key [redacted] and [redacted]",
@@ -478,9 +483,9 @@ def test_redacting_twice_leaves_the_marks_alone() -> None:
 
 @pytest.mark.anyio
 async def test_the_database_password_is_kept_out_of_the_access_log_and_the_journal() -> None:
-    """A client that sends the database's password (as the URL writes it, or decoded) in a path,
-    a query or a request id finds it `[redacted]` in the access log and in the journal, as the
-    keys are."""
+    """The database password sent by a client is `[redacted]` in the access log and the journal."""
+    # Sent as the URL writes it, or decoded, in a path, a query or a request id; redacted as the
+    # keys are.
     settings = Settings(
         api_keys=(KEY,),
         admin_keys=(ADMIN_KEY,),
@@ -515,9 +520,10 @@ async def test_the_database_password_is_kept_out_of_the_access_log_and_the_journ
     ids=["in-the-user-s-part", "in-the-query"],
 )
 async def test_a_password_past_ascii_or_in_the_query_is_kept_out_too(database: str) -> None:
-    """A password with a letter past ASCII, sent raw in a header (whose bytes the journal reads
-    as Latin-1) or in the query; and one given as the URL's `password` parameter, which the
-    driver takes as well: `[redacted]` in the access log and the journal all the same."""
+    """A password past ASCII, or the URL's `password`, is `[redacted]` in the log and journal."""
+    # A password with a letter past ASCII, sent raw in a header (whose bytes the journal reads as
+    # Latin-1) or in the query; and one given as the URL's `password` parameter, which the driver
+    # takes as well: `[redacted]` in the access log and the journal all the same.
     settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), database=database)
     secret = "paé$word-42"  # noqa: S105 - the password the URLs hold
     access_log = io.StringIO()
@@ -542,9 +548,9 @@ async def test_a_password_past_ascii_or_in_the_query_is_kept_out_too(database: s
 @pytest.mark.anyio
 @pytest.mark.parametrize("log_format", ["text", "json"])
 async def test_a_password_the_lines_escape_is_still_redacted(log_format: str) -> None:
-    """A password with a quote, a backslash and a letter past ASCII in a path: the text log
-    escapes that path and JSON escapes its own, so the password is looked for as they write
-    it (it was redacted only as sent, and went out escaped)."""
+    """A password the log lines escape is still redacted, looked for as they write it."""
+    # A password with a quote, a backslash and a letter past ASCII in a path: the text log escapes
+    # that path and JSON escapes its own. It was redacted only as sent, and went out escaped.
     escaped_on_output = 's3cr"et\\p\u00e4ss-42'
     settings = Settings(
         api_keys=(KEY,),
@@ -563,8 +569,8 @@ async def test_a_password_the_lines_escape_is_still_redacted(log_format: str) ->
 
 
 def test_no_key_in_uvicorn_s_trace_lines(start_server: ServerFactory) -> None:
-    """At --log-level trace uvicorn writes each request's scope (its path and query): a key a
-    client put there is [redacted], in text and in JSON."""
+    """At --log-level trace a key in a request's path or query is [redacted], in text and JSON."""
+    # uvicorn writes each request's scope (its path and query) at that level.
     for log_format in ("text", "json"):
         server = start_server(
             "--log-level", "trace", "--log-format", log_format, "--admin-key", ADMIN_KEY
@@ -579,8 +585,8 @@ def test_no_key_in_uvicorn_s_trace_lines(start_server: ServerFactory) -> None:
 
 
 def test_no_key_in_uvicorn_s_access_log_under_uvicorn_app(launch: Launcher) -> None:
-    """`uvicorn app:app` in text keeps uvicorn's own access log (on by default there): a key
-    in a query is [redacted] in it too."""
+    """`uvicorn app:app` keeps uvicorn's access log, and a key in a query is [redacted] in it."""
+    # In text; uvicorn's access log is on by default there.
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)]
     server = launch(argv, {"PETSTORE_API_KEYS": KEY}, port)
@@ -604,10 +610,11 @@ def test_no_key_in_uvicorn_s_access_log_under_uvicorn_app(launch: Launcher) -> N
 async def test_a_path_can_t_write_a_line_of_its_own(
     client: httpx.AsyncClient, read_access_log: Callable[[], str]
 ) -> None:
-    """The path is logged decoded: a line break or a terminal's escape in it is written escaped,
-    one line a request; so are a quote and a backslash, so that no client writes fields of
-    its own within its quotes (`\\x41` as sent is told from the escape of a character); a
-    printable letter stays as it is beside them."""
+    """A logged path has line breaks, escapes, quotes and backslashes escaped: a line a request."""
+    # The path is logged decoded: a line break or a terminal's escape in it is written escaped; so
+    # are a quote and a backslash, so that no client writes fields of its own within its quotes
+    # (`\x41` as sent is told from the escape of a character); a printable letter stays as it is
+    # beside them.
     forged = "1%0A6.6.6.6%20%22DELETE%20/v1/pets/1%22%20204%201us%20forged%1B[2J"
     await client.get(f"/v1/pets/{forged}", headers={"X-Request-Id": "forger"})
     await client.get("/v1/pets/caf%C3%A9", headers={"X-Request-Id": "printable"})
@@ -627,9 +634,9 @@ async def test_a_path_can_t_write_a_line_of_its_own(
 
 @pytest.mark.parametrize("char", ['"', "\\", "\n", "\x7f", "\x1b", "\x00"])
 def test_an_ascii_chunk_s_paths_are_checked_byte_by_byte(char: str) -> None:
-    """A chunk whose paths are all ASCII is checked in one go, without isprintable: a control
-    character, a quote or a backslash in any of its paths is still found, and that path alone
-    escaped."""
+    """In an all-ASCII chunk a control, quote or backslash in a path is found, that path escaped."""
+    # A chunk whose paths are all ASCII is checked in one go, without isprintable; only that path is
+    # escaped.
     entry = (("127.0.0.1", 1), "GET", "/v1/pets", 200, 1_000, (b"x-request-id", b"i"), 0)
     odd = (("127.0.0.1", 1), "GET", f"/v1/pets/{char}", None, 2_000, (b"x-request-id", b"j"), 0)
     text = AccessLog._text_lines([entry, odd, entry])
@@ -642,11 +649,12 @@ def test_an_ascii_chunk_s_paths_are_checked_byte_by_byte(char: str) -> None:
 
 
 def test_a_reader_that_stops_reading_never_stops_the_service() -> None:
-    """The README's fixture: a harness reads the ready line from a pipe and never reads again.
-    With stdout (the access log) and stderr (uvicorn's trace lines) both full, every request is
-    still answered and SIGTERM still ends the process, within the 2 s its logs wait for a
-    reader: they wait in their Outlets, then drop what passes their limit. (Writing them
-    directly, the first full pipe stops the event loop: no answer, and SIGTERM unheard.)"""
+    """A reader that stops reading the pipes never stops the service, nor SIGTERM ending it."""
+    # The README's fixture: a harness reads the ready line from a pipe and never reads again. With
+    # stdout (the access log) and stderr (uvicorn's trace lines) both full, every request is still
+    # answered and SIGTERM still ends the process, within the 2 s its logs wait for a reader: they
+    # wait in their Outlets, then drop what passes their limit. (Writing them directly, the first
+    # full pipe stops the event loop: no answer, and SIGTERM unheard.)
     process = subprocess.Popen(
         [sys.executable, "app.py", "--port", "0", "--api-key", KEY, "--log-level", "trace"],
         cwd=ROOT,
@@ -685,8 +693,9 @@ class _StalledReader(io.StringIO):
 
 
 def test_an_outlet_drops_past_its_limit_and_says_how_much(caplog: pytest.LogCaptureFixture) -> None:
-    """Writes never wait for the reader; past the limit, lines are dropped and counted, and
-    once the reader reads again a warning says how many; what was queued is all written."""
+    """An outlet never waits for its reader; past its limit it drops lines, then says how many."""
+    # Past the limit, lines are dropped and counted, and once the reader reads again a warning says
+    # how many; what was queued is all written.
     petstore = logging.getLogger("petstore")  # another test's configuration may not propagate
     petstore.addHandler(caplog.handler)
     stream = _StalledReader()
@@ -708,9 +717,10 @@ def test_an_outlet_drops_past_its_limit_and_says_how_much(caplog: pytest.LogCapt
 
 @pytest.mark.anyio
 async def test_a_drain_cut_off_by_the_shutdown_loses_no_line() -> None:
-    """The lifespan's end cancels the task that drains the access log, which may be between
-    two chunks: the lines it had formatted, and the entries it had not, were lost (a request
-    cut off by Ctrl-C twice had no line, now and then). Every line is written, in order."""
+    """An access-log drain cut off by the shutdown loses no line: all are written, in order."""
+    # The lifespan's end cancels the task that drains the access log, which may be between two
+    # chunks: the lines it had formatted, and the entries it had not, were lost (a request cut off
+    # by Ctrl-C twice had no line, now and then).
     stream = io.StringIO()
 
     async def answer(scope: Scope, receive: Receive, send: Send) -> None:

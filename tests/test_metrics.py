@@ -55,8 +55,9 @@ def app_over(store: PetStore, settings: Settings | None = None) -> Petstore:
 
 
 async def test_metrics_after_known_traffic(client: httpx.AsyncClient) -> None:
-    """Each request is counted once under its method, route template and status; durations by
-    method and route, with cumulative buckets whose +Inf is the count; the store's gauges."""
+    """Each request is counted once under its method, route template and status; durations too."""
+    # Durations by method and route, with cumulative buckets whose +Inf is the count; the store's
+    # gauges.
     for _ in range(2):
         assert (await client.post("/v1/pets", json=WILMA)).status_code == 201
     assert (await client.get("/v1/pets/1")).status_code == 200
@@ -126,9 +127,9 @@ async def test_a_scrape_counts_itself_for_the_next_one(client: httpx.AsyncClient
 
 
 def test_folded_durations_count_as_if_counted_one_by_one() -> None:
-    """Durations noted between folds land in the bucket whose bound holds them (a duration equal
-    to a bound in that bound's), summed and counted, whether folded at once or in several
-    folds; a method outside HTTP's own is `other`."""
+    """Folded durations count as if counted one by one; a method outside HTTP's own is `other`."""
+    # Durations noted between folds land in the bucket whose bound holds them (a duration equal to a
+    # bound in that bound's), summed and counted, whether folded at once or in several folds.
     counts = RequestCounts(lambda scope: None)
     bound_ns = [round(bound * 1e9) for bound in BOUNDS]
     noted = [bound_ns[0], bound_ns[0] + 1, 1, bound_ns[3], bound_ns[-1] + 1, bound_ns[3] - 1]
@@ -153,8 +154,8 @@ def test_folded_durations_count_as_if_counted_one_by_one() -> None:
 async def test_durations_are_folded_while_serving_scraped_or_not(
     app: Petstore, client: httpx.AsyncClient
 ) -> None:
-    """Once started, the service folds the durations requests noted into the counts within
-    a moment, without a scrape: the pending lists never hold more than a moment's requests."""
+    """Once started, the service folds noted durations into the counts within a moment."""
+    # Without a scrape: the pending lists never hold more than a moment's requests.
     assert (await client.get("/healthz")).status_code == 200
     counts = app.access_log.counts
     assert counts is not None
@@ -167,8 +168,8 @@ async def test_durations_are_folded_while_serving_scraped_or_not(
 
 
 async def test_metrics_are_not_in_the_journal_or_the_openapi_document() -> None:
-    """With the test-control plane on, a scrape is not journalled; the OpenAPI document keeps
-    its three operations and no /metrics."""
+    """A scrape is not journalled; the OpenAPI document keeps its three operations, no /metrics."""
+    # With the test-control plane on.
     settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
     async with serving(app_over(MemoryStore(), settings)) as http:
         await scrape(http)
@@ -181,8 +182,8 @@ async def test_metrics_are_not_in_the_journal_or_the_openapi_document() -> None:
 
 
 async def test_injected_faults_and_delays_are_counted() -> None:
-    """Like everything else, an injected status is counted under its status, and an injected
-    delay is in the request's duration (a Prefer delay of 120 ms: past the 0.1 s bucket)."""
+    """An injected status is counted under its status, and an injected delay is in the duration."""
+    # Like everything else. A Prefer delay of 120 ms: past the 0.1 s bucket.
     settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,))
     async with serving(app_over(MemoryStore(), settings)) as http:
         rule = {"operation": "createPet", "status": 503, "times": 1}
@@ -212,8 +213,9 @@ async def test_metrics_off_is_a_404_and_nothing_is_counted(
 async def test_data_file_metrics_count_fdatasyncs_and_failed_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With a data file: one fdatasync timed per create (sequential creates: one commit each),
-    a failed write and a failed fdatasync each count an error, and the store turns unwritable."""
+    """With a data file each fdatasync is timed, and a failed write or fdatasync counts an error."""
+    # One fdatasync timed per create (sequential creates: one commit each); after the failures the
+    # store turns unwritable.
 
     def failing(number: int) -> object:
         def fail(*args: object) -> None:
@@ -256,8 +258,7 @@ async def test_memory_store_has_no_data_file_metrics(client: httpx.AsyncClient) 
 def test_real_process_serves_metrics_and_metrics_off_from_the_environment(
     start_server: ServerFactory,
 ) -> None:
-    """`python app.py`: /metrics is served with the store's gauges; PETSTORE_METRICS=off makes
-    it a 404."""
+    """`python app.py` serves /metrics with the store's gauges; PETSTORE_METRICS=off: a 404."""
     on = start_server()
     with on.client() as http:
         http.post("/v1/pets", json=WILMA)

@@ -285,8 +285,8 @@ async def test_no_description_carries_implementation_notes(document: dict[str, A
 
 @pytest.mark.parametrize("which", ["api", "admin"])
 def test_every_description_is_one_line(which: str) -> None:
-    """No description of either document carries a docstring's line breaks and indentation
-    (the fault rule's did, shown as such by Swagger UI and generated clients: probe 18)."""
+    """No description of either document carries a docstring's line breaks and indentation."""
+    # The fault rule's did, shown as such by Swagger UI and generated clients.
     described = openapi_document("") if which == "api" else admin_openapi_document()
     broken = {
         path: node
@@ -348,8 +348,9 @@ async def test_response_documents_the_contract_headers(
 async def test_every_response_of_both_documents_has_a_request_id(
     document: dict[str, Any],
 ) -> None:
-    """Every response carries X-Request-Id (CONTRACT.md, Observability): each response of each
-    operation says so, in the API's document and the control plane's."""
+    """Each response of each operation, in both documents, says it carries X-Request-Id."""
+    # CONTRACT.md, Observability: every response carries X-Request-Id. The documents: the API's and
+    # the control plane's.
     for described in (document, admin_openapi_document()):
         missing = [
             f"{operation_['operationId']} {status}"
@@ -362,8 +363,8 @@ async def test_every_response_of_both_documents_has_a_request_id(
 
 
 def test_every_control_plane_operation_lists_its_401_and_500() -> None:
-    """The admin key refused, and the last-resort 500, can answer any of the plane's
-    operations: each lists both, with the Error body."""
+    """Each control-plane operation lists its 401 and its 500, with the Error body."""
+    # The admin key refused, and the last-resort 500, can answer any of the plane's operations.
     described = admin_openapi_document()
     missing = [
         f"{found['operationId']} {status}"
@@ -455,8 +456,9 @@ def test_schemathesis_finds_no_failure_in_the_live_service(
     key: str,
     store: str,
 ) -> None:
-    """schemathesis, every check and phase, against a real process and its own document (the
-    interface over the memory store and over the database store)."""
+    """schemathesis, every check and phase, finds no failure in a real process's own document."""
+    # Against a real process and its own document: the interface over the memory store and over the
+    # database store, and the control plane.
     database = (
         ["--database", request.getfixturevalue("database_url")] if store == "database" else []
     )
@@ -509,10 +511,10 @@ def test_schemathesis_finds_no_failure_in_the_live_service(
 def test_a_generated_client_parses_every_error_into_one_error_class(
     start_server: ServerFactory, tmp_path: Path
 ) -> None:
-    """openapi-python-client builds a client from the served document whose 404, 400 and 401
-    all parse into the same Error class, and whose createPet gives a Pet. With the
-    test-control plane on, so do the faults it injects (a 429, 502 or 504 raised
-    UnexpectedStatus: the document did not list them)."""
+    """A client generated from the served document parses every error into one Error class."""
+    # openapi-python-client builds the client; its 404, 400 and 401 all parse into the same Error
+    # class, and its createPet gives a Pet. With the test-control plane on, so do the faults it
+    # injects (a 429, 502 or 504 raised UnexpectedStatus: the document did not list them).
     server = start_server("--admin-key", "admin-key-0123456789")
     document = tmp_path / "openapi.json"
     document.write_bytes(httpx.get(f"{server.base_url}/v1/openapi.json").content)
@@ -576,8 +578,9 @@ print("one Error class:", Error.__module__)
 
 
 def test_with_the_plane_on_every_operation_documents_the_faults_it_injects() -> None:
-    """429, 502 and 504 (and `injected_fault` among the 500's and 503's codes, Retry-After on
-    the 429 and the 503) on every operation, only when an admin key opens the plane."""
+    """Only with the plane on does every operation document the faults it injects."""
+    # 429, 502 and 504, and `injected_fault` among the 500's and 503's codes, Retry-After on the 429
+    # and the 503, on every operation, only when an admin key opens the plane.
     on, off = openapi_document(injected=True), openapi_document()
     validate(on, cls=OpenAPIV31SpecValidator)
     for path, method in OPERATIONS:

@@ -75,8 +75,9 @@ async def answer(client: httpx.AsyncClient, case: str, request_id: str | None) -
 async def test_every_answer_echoes_the_client_s_id_or_carries_a_made_one(
     client: httpx.AsyncClient, case: str
 ) -> None:
-    """Each kind of answer (errors, probes, docs, metrics, the plane's, injected faults, CORS
-    preflights accepted and refused) carries the id the client sent, or one made for it."""
+    """Each kind of answer carries the id the client sent, or one made for it."""
+    # The kinds: errors, probes, docs, metrics, the plane's, injected faults, CORS preflights
+    # accepted and refused.
     await client.post("/v1/pets", json=REX)
     echoed = await answer(client, case, "from-the-client")
     assert echoed.headers.get_list("x-request-id") == ["from-the-client"]
@@ -121,8 +122,8 @@ async def test_an_id_of_1_to_128_visible_ascii_characters_is_kept(
 async def test_any_other_id_is_replaced_by_a_made_one(
     client: httpx.AsyncClient, sent: bytes
 ) -> None:
-    """An empty id, a longer one, or one with a space, a tab, a byte past ASCII or a control
-    character is not echoed: the answer carries a made id instead."""
+    """An id that is empty, too long, or has a space, tab, non-ASCII or control byte is replaced."""
+    # It is not echoed: the answer carries a made id instead.
     response = await client.get("/v1/pets", headers={b"X-Request-Id": sent})
     assert response.status_code == 200
     assert MADE.fullmatch(response.headers["x-request-id"])
@@ -137,8 +138,8 @@ async def test_made_ids_are_unique_across_concurrent_requests(client: httpx.Asyn
 
 
 def test_a_real_process_sends_the_id_on_its_own_answers(start_server: ServerFactory) -> None:
-    """Under uvicorn (whose response heads head.QuickHead makes): the id on a 200, a HEAD, a 401
-    and a 404, echoed or made, once each."""
+    """Under uvicorn, a 200, a HEAD, a 401 and a 404 carry the id, echoed or made, once each."""
+    # uvicorn's response heads are made by head.QuickHead.
     server = start_server()
     with server.client() as http:
         responses = [
@@ -164,9 +165,10 @@ async def test_whitespace_after_an_id_is_not_part_of_it(
 
 
 async def test_under_a_root_path_the_server_s_scope_carries_the_request_id() -> None:
-    """With --root-path, the scope the server made, which head.QuickHead reads for its answers'
-    id, carries the id AccessLog took: RootPath gave the layers under it a copy, so that every
-    answer's id went through uvicorn's checks of a header, and a 500 of QuickHead's had none."""
+    """With --root-path, the server's scope carries the id AccessLog took."""
+    # head.QuickHead reads that scope for its answers' id. RootPath gave the layers under it a copy,
+    # so that every answer's id went through uvicorn's checks of a header, and a 500 of QuickHead's
+    # had none.
     app = create_app(Settings(api_keys=(KEY,), root_path="/api"), MemoryStore(), access_log=None)
     scope: dict[str, Any] = {
         "type": "http",

@@ -105,8 +105,8 @@ def waiting_request(headers: str = "") -> bytes:
 
 
 def test_ctrl_c_stops_like_sigterm_without_a_traceback(start_server: ServerFactory) -> None:
-    """SIGINT (Ctrl-C): the same graceful stop, exit 130 as a shell reports it, and no
-    traceback (uvicorn raises the signal again once it has stopped)."""
+    """SIGINT (Ctrl-C) stops gracefully like SIGTERM, exit 130, with no traceback."""
+    # Exit 130 as a shell reports it; uvicorn raises the signal again once it has stopped.
     server = start_server()
     with server.client() as http:
         assert http.get("/healthz").status_code == 200
@@ -119,9 +119,10 @@ def test_ctrl_c_stops_like_sigterm_without_a_traceback(start_server: ServerFacto
 def test_ctrl_c_twice_cuts_off_the_requests_in_flight_and_still_closes_the_store(
     start_server: ServerFactory, tmp_path: Path
 ) -> None:
-    """A second Ctrl-C while requests are in flight (uvicorn's force quit) stops waiting for
-    them: each is answered the cut-off 500; the store is still closed (the lifespan's end,
-    which uvicorn skipped and asyncio.run then cancelled with a traceback), exit 130."""
+    """A second Ctrl-C cuts off requests in flight with a 500 and still closes the store."""
+    # A second Ctrl-C while requests are in flight (uvicorn's force quit) stops waiting for them:
+    # each is answered the cut-off 500; exit 130. The store is still closed by the lifespan's end,
+    # which uvicorn skipped and asyncio.run then cancelled with a traceback.
     data = tmp_path / "pets.jsonl"
     server = start_server(
         "--admin-key", "admin-key-0123456789", "--data", str(data), "--log-level", "trace"
@@ -162,10 +163,10 @@ def test_sigterm_with_an_idle_keep_alive_connection_exits_promptly(
 def test_a_sigterm_during_the_start_stops_it_before_serving(
     start_server: ServerFactory, tmp_path: Path
 ) -> None:
-    """A SIGTERM that comes while the store loads (here its seed: a FIFO nobody has written
-    yet) is acted on once the start is done: nothing is served, the process exits 0. (In the
-    image Python is PID 1, and the kernel drops a SIGTERM that finds no handler: app.py takes
-    it from its first lines.)"""
+    """A SIGTERM during the start is acted on once the start is done: nothing served, exit 0."""
+    # The SIGTERM comes while the store loads (here its seed: a FIFO nobody has written yet). In the
+    # image Python is PID 1, and the kernel drops a SIGTERM that finds no handler: app.py takes it
+    # from its first lines.
     fifo = tmp_path / "seed.json"
     os.mkfifo(fifo)
     server = start_server("--seed", str(fifo), wait=False)
@@ -214,9 +215,10 @@ def test_sigterm_lets_the_request_in_flight_finish(start_server: ServerFactory) 
 
 
 def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: ServerFactory) -> None:
-    """A request still unanswered when SIGTERM's 5 s of grace run out is cancelled; its 500 is
-    an Error body with its id (uvicorn's own is plain text), and the process exits. uvicorn
-    says so in one line; the request's cancellation is no traceback (it wrote 22 lines)."""
+    """A request cut off by the shutdown gets a 500 Error body with its id; the process exits."""
+    # A request still unanswered when SIGTERM's 5 s of grace run out is cancelled; uvicorn's own 500
+    # is plain text. uvicorn says so in one line; the request's cancellation is no traceback (it
+    # wrote 22 lines).
     server = start_server("--admin-key", "admin-key-0123456789", "--log-level", "trace")
     with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
         sock.sendall(waiting_request("X-Request-Id: cut-off\r\n"))
@@ -239,9 +241,10 @@ def test_a_request_cut_off_by_the_shutdown_gets_an_error_body(start_server: Serv
 
 
 def test_a_get_pet_cut_off_by_the_shutdown_keeps_its_headers(start_server: ServerFactory) -> None:
-    """The cut-off 500 of a getPet carries what every getPet answer does (Deprecation, Sunset,
-    the successor Link) and, for a configured origin, CORS's headers, so that a browser's page
-    can read it (probe 18: it had neither, answered outside the endpoint and Cors)."""
+    """A getPet's cut-off 500 carries getPet's deprecation headers and, for an origin, CORS's."""
+    # It carries what every getPet answer does (Deprecation, Sunset, the successor Link) and, for a
+    # configured origin, CORS's headers, so that a browser's page can read it. It had neither,
+    # answered outside the endpoint and Cors.
     origin = "https://app.example"
     server = start_server(
         "--admin-key", "admin-key-0123456789", "--cors-origin", origin, "--log-level", "trace"
@@ -282,8 +285,9 @@ def test_a_get_pet_cut_off_by_the_shutdown_keeps_its_headers(start_server: Serve
 def test_the_cut_off_500_says_how_to_retry(
     method: str, headers: list[tuple[bytes, bytes]], advice: str
 ) -> None:
-    """A create may have been stored when the grace ran out: retried with its key, or, without
-    one, looked for first; a read may be retried as it is."""
+    """The cut-off 500 says how to retry: a create with its key, or looked for; a read as it is."""
+    # A create may have been stored when the grace ran out: retried with its key, or, without one,
+    # looked for first; a read may be retried as it is.
     response = cut_off({"type": "http", "method": method, "headers": headers})
     assert json.loads(bytes(response.body))["message"] == (
         f"The service stopped before this request was answered; {advice}"
@@ -366,10 +370,10 @@ def trickle(sock: socket.socket, data: bytes, piece: int, every: float) -> int:
 
 
 def test_a_body_slower_than_the_minimum_rate_is_cut_off(start_server: ServerFactory) -> None:
-    """A body that never stalls for the client timeout but comes a byte every 0.2 s (5 bytes a
-    second) is cut off once the timeout and its bytes' allowance (a second each 500 bytes)
-    have passed; a client that trickled so was held for as long as it liked (probe 19). One
-    that sends 2,000 bytes a second is served."""
+    """A body slower than the minimum rate is cut off; one at 2,000 bytes a second is served."""
+    # A body that never stalls for the client timeout but comes a byte every 0.2 s (5 bytes a
+    # second) is cut off once the timeout and its bytes' allowance (a second each 500 bytes) have
+    # passed; a client that trickled so was held for as long as it liked.
     server = start_server("--client-timeout", "1")
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         started = time.monotonic()
@@ -390,9 +394,9 @@ def test_a_body_slower_than_the_minimum_rate_is_cut_off(start_server: ServerFact
 
 
 def test_trailers_without_end_are_refused(start_server: ServerFactory) -> None:
-    """A chunked body's trailers are headers httptools keeps whatever their size: past 1 MiB
-    64 KiB read since the body's last piece, the request is a 400 and the connection closed
-    (300 MB of them grew the process by 300 MB, probe 19)."""
+    """Chunked trailers past 1 MiB 64 KiB are a 400 and the connection is closed."""
+    # A chunked body's trailers are headers httptools keeps whatever their size; the bound counts
+    # what was read since the body's last piece. 300 MB of them grew the process by 300 MB.
     server = start_server()
     limit = 64 * 1024 + 1024 * 1024
     head = POST_HEAD.replace(b"Content-Length: 100", b"Transfer-Encoding: chunked")
@@ -427,9 +431,9 @@ def exchange_on(sock: socket.socket, sent: bytes) -> bytes:
 def test_bodies_of_any_framing_or_size_are_not_taken_for_trailers(
     start_server: ServerFactory,
 ) -> None:
-    """The trailers' bound counts no body: a 400 KB create in 1-byte chunks (2.4 MB with their
-    framing) is made, and a 3 MB body no route reads (a PUT's 405) leaves the connection to
-    the next request (review 20: both were refused)."""
+    """The trailers' bound counts no body: large chunked and unread bodies are not refused."""
+    # A 400 KB create in 1-byte chunks (2.4 MB with their framing) is made, and a 3 MB body no route
+    # reads (a PUT's 405) leaves the connection to the next request. Both were refused.
     server = start_server()
     name = "r" * 400_000
     body = b'{"name": "%s", "categoryId": 1}' % name.encode()
@@ -450,9 +454,10 @@ def test_bodies_of_any_framing_or_size_are_not_taken_for_trailers(
 def test_pipelined_heads_split_across_reads_are_not_taken_for_a_long_head(
     start_server: ServerFactory,
 ) -> None:
-    """10,000 small requests pipelined in one go: a head that a read cuts in two ends early
-    in the next read, whatever follows it (review 20: one in 1,600 was a 400, "Request head
-    larger than 65536 bytes", and the connection closed)."""
+    """A pipelined head split across two reads ends early in the next read: no long-head 400."""
+    # 10,000 small requests pipelined in one go: a head that a read cuts in two ends early in the
+    # next read, whatever follows it. One in 1,600 was a 400, "Request head larger than 65536
+    # bytes", and the connection closed.
     server = start_server()
     request = f"GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
@@ -467,10 +472,10 @@ def test_pipelined_heads_split_across_reads_are_not_taken_for_a_long_head(
 def test_a_body_held_back_by_the_server_is_not_the_client_s_stall(
     start_server: ServerFactory, expect: bool
 ) -> None:
-    """While the app has not read what the client sent (a fault's delay holds the create, and
-    uvicorn stops reading past 64 KiB), or has not yet asked for it (`Expect:
-    100-continue`), the client owes nothing: a delay three times the client timeout ends in
-    the create, not a reset (review 20)."""
+    """A body the app has not read or asked for is not the client's stall: the create is made."""
+    # While the app has not read what the client sent (a fault's delay holds the create, and uvicorn
+    # stops reading past 64 KiB), or has not yet asked for it (`Expect: 100-continue`), the client
+    # owes nothing: a delay three times the client timeout ends in the create, not a reset.
     server = start_server("--client-timeout", "1", "--admin-key", "admin-key-0123456789")
     body = b'{"name": "%s", "categoryId": 1}' % (b"d" * 300_000)
     head = (
@@ -491,10 +496,11 @@ def test_a_body_held_back_by_the_server_is_not_the_client_s_stall(
 def test_pipelined_answers_to_a_client_gone_are_dropped_without_a_traceback(
     start_server: ServerFactory,
 ) -> None:
-    """A client pipelines large listPets, reads none, and leaves: the requests queued behind
-    the one being written are answered into a closed connection, dropped in silence, as
-    asyncio's transports do (uvloop's raised, and each such client left an "Exception in
-    ASGI application" and its traceback: probe 19)."""
+    """Pipelined answers to a client gone are dropped in silence, without a traceback."""
+    # A client pipelines large listPets, reads none, and leaves: the requests queued behind the one
+    # being written are answered into a closed connection, dropped in silence, as asyncio's
+    # transports do. uvloop's raised, and each such client left an "Exception in ASGI application"
+    # and its traceback.
     server = start_server()
     with server.client() as http:
         for number in range(30):
@@ -514,9 +520,10 @@ def test_pipelined_answers_to_a_client_gone_are_dropped_without_a_traceback(
 def test_an_answer_cut_off_by_the_shutdown_mid_write_leaves_no_traceback(
     start_server: ServerFactory,
 ) -> None:
-    """Large answers held by a client that reads none of them, when SIGTERM's grace runs out:
-    the one being written is cancelled mid-answer; the connection is closed, with no
-    traceback in the log (the README's promise for a request cut off; probe 19)."""
+    """An answer cut off mid-write by the shutdown closes the connection with no traceback."""
+    # Large answers held by a client that reads none of them, when SIGTERM's grace runs out: the one
+    # being written is cancelled mid-answer. No traceback is the README's promise for a request cut
+    # off.
     server = start_server()
     with server.client() as http:
         for number in range(100):
@@ -585,8 +592,8 @@ def test_uvicorn_app_reads_the_environment(launch: Launcher) -> None:
 
 
 def test_uvicorn_app_says_what_it_leaves_unread(launch: Launcher) -> None:
-    """PETSTORE_HOST and PETSTORE_PORT are uvicorn's --host and --port to `uvicorn app:app`:
-    the start says so, where a PETSTORE_HOST of 0.0.0.0 was ignored in silence (probe 15)."""
+    """`uvicorn app:app` says PETSTORE_HOST and PETSTORE_PORT are left to its --host and --port."""
+    # Where a PETSTORE_HOST of 0.0.0.0 was ignored in silence.
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--http", "app:StallGuard"]
     env = {"PETSTORE_API_KEYS": KEY, "PETSTORE_HOST": "0.0.0.0", "PETSTORE_PORT": "1234"}  # noqa: S104
@@ -599,9 +606,10 @@ def test_uvicorn_app_says_what_it_leaves_unread(launch: Launcher) -> None:
 
 
 def test_uvicorn_with_app_s_protocol_has_its_settings(launch: Launcher) -> None:
-    """`uvicorn app:app --http app:StallGuard` is the protocol of `python app.py` for the
-    PETSTORE_* settings: the test-control plane's drop works, a stalled head is cut off at the
-    client timeout set, and bytes that are no request get one of the process's ids and a line."""
+    """`uvicorn app:app --http app:StallGuard` has `python app.py`'s protocol settings."""
+    # It is the protocol of `python app.py` for the PETSTORE_* settings: the test-control plane's
+    # drop works, a stalled head is cut off at the client timeout set, and bytes that are no request
+    # get one of the process's ids and a line.
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--http", "app:StallGuard"]
     settings = {
@@ -634,8 +642,8 @@ def test_uvicorn_with_app_s_protocol_has_its_settings(launch: Launcher) -> None:
 
 
 def test_uvicorn_reload_over_memory_serves(launch: Launcher) -> None:
-    """`uvicorn app:app --reload` runs one worker at a time (a child process, as --workers'
-    are): pets in memory are served, where it was refused as several workers."""
+    """`uvicorn app:app --reload` runs one worker at a time, and serves pets in memory."""
+    # The worker is a child process, as --workers' are; it was refused as several workers.
     port = free_port()
     server = launch(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--reload"],
@@ -659,8 +667,8 @@ WORKERS_REFUSED = (
 def test_uvicorn_with_two_workers_over_memory_says_why_it_is_refused(
     launch: Launcher, extra: list[str]
 ) -> None:
-    """`uvicorn app:app --workers 2` without a data file prints a clear refusal; so it does
-    with `--reload-dir`, which reloads nothing without `--reload`."""
+    """`uvicorn app:app --workers 2` over memory prints a clear refusal; so does `--reload-dir`."""
+    # `--reload-dir` reloads nothing without `--reload`.
     port = free_port()
     server = launch(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2", *extra],
@@ -672,8 +680,9 @@ def test_uvicorn_with_two_workers_over_memory_says_why_it_is_refused(
 
 
 def test_uvicorn_with_two_workers_and_no_key_says_why_it_is_refused(launch: Launcher) -> None:
-    """Several workers with no key configured: each would make its own, and a request would be
-    accepted by one worker and refused by the next."""
+    """Several workers with no key configured are refused, saying why."""
+    # Each would make its own key, and a request would be accepted by one worker and refused by the
+    # next.
     port = free_port()
     server = launch(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2"],
@@ -709,9 +718,9 @@ def test_uvicorn_with_two_workers_over_memory_is_refused_and_stops(launch: Launc
 
 
 def test_each_worker_refuses_in_one_write(tmp_path: Path) -> None:
-    """Workers refusing at the same moment share one stderr: each refusal goes out as one
-    write, the line with its end. print() wrote the two apart under PYTHONUNBUFFERED (as in
-    CI), and two workers' lines came out as one line and an empty one."""
+    """Each worker's refusal goes out on the shared stderr as one write, the line with its end."""
+    # print() wrote the two apart under PYTHONUNBUFFERED (as in CI), and two workers' lines came out
+    # as one line and an empty one.
     trace = tmp_path / "writes.trace"
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(free_port())]
     subprocess.run(
@@ -783,9 +792,8 @@ HOSTS = ["127.0.0.1", *(["::1"] if can_bind("::1") else [])]
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_port_0_prints_one_ready_line_with_the_bound_address(launch: Launcher, host: str) -> None:
-    """--port 0: the system picks a port; the one ready line names the bound address (IPv6 in
-    brackets) and port, the service answers there, and the line comes before any access-log
-    line."""
+    """--port 0: one ready line names the bound address and port, and the service answers there."""
+    # The system picks the port; IPv6 in brackets; the line comes before any access-log line.
     server = launch(
         [sys.executable, "app.py", "--port", "0", "--host", host, "--api-key", KEY], {}, 0
     )
@@ -804,8 +812,8 @@ def test_port_0_prints_one_ready_line_with_the_bound_address(launch: Launcher, h
 
 
 def test_the_ready_line_comes_once_the_store_is_loaded(launch: Launcher, tmp_path: Path) -> None:
-    """With 20,000 pets to seed, the first requests after the ready line find all of them
-    and a ready service."""
+    """The first requests after the ready line find every seeded pet and a ready service."""
+    # With 20,000 pets to seed.
     seed = tmp_path / "seed.json"
     seed.write_text(json.dumps([{"name": f"pet {n}", "categoryId": 1} for n in range(20_000)]))
     argv = [sys.executable, "app.py", "--port", "0", "--seed", str(seed), "--api-key", KEY]
@@ -822,9 +830,9 @@ def test_the_ready_line_comes_once_the_store_is_loaded(launch: Launcher, tmp_pat
 
 
 def test_the_key_and_ready_lines_go_out_in_one_write(tmp_path: Path) -> None:
-    """Under PYTHONUNBUFFERED (the image sets it) print() wrote a line and its end in two
-    system calls, and another writer's line could come in between: the generated key's line
-    and the ready line go out together, in one write, once the service listens."""
+    """The generated key's line and the ready line go out in one write, once the service listens."""
+    # Under PYTHONUNBUFFERED (the image sets it) print() wrote a line and its end in two system
+    # calls, and another writer's line could come in between.
     trace = tmp_path / "stdout.trace"
     port = free_port()
     strace = [STRACE, "-f", "-qq", "-e", "trace=write", "-s", "500", "-o", str(trace)]
@@ -854,8 +862,8 @@ def test_the_key_and_ready_lines_go_out_in_one_write(tmp_path: Path) -> None:
 
 
 def test_a_start_that_fails_shows_no_generated_key() -> None:
-    """The key is shown once the service listens: a start that fails (here, a port in use)
-    printed one for a run that never served."""
+    """A start that fails shows no generated key: the key is shown once the service listens."""
+    # Here, a port in use; it printed one for a run that never served.
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
         result = finished([sys.executable, "app.py", "--port", str(port)])
@@ -881,10 +889,11 @@ KEY_LOST = (
 def test_a_stdout_that_cannot_be_written_stops_the_access_log_not_the_service(
     tmp_path: Path, stdout: str, error: str, key: str | None
 ) -> None:
-    """stdout's reader gone before the first line (`python app.py | true`), or a full device:
-    the ready line's write fails, which is said once on stderr; the access log stops, and the
-    service serves, then stops cleanly. The failed print used to end the start with a
-    traceback. A generated key that could not be shown is said to be lost."""
+    """A stdout that can't be written stops the access log, said once; the service still serves."""
+    # stdout's reader gone before the first line (`python app.py | true`), or a full device: the
+    # ready line's write fails, which is said once on stderr; the access log stops, and the service
+    # serves, then stops cleanly. The failed print used to end the start with a traceback. A
+    # generated key that could not be shown is said to be lost.
     port = free_port()
     if stdout == "no reader":
         read_end, out = os.pipe()
@@ -918,8 +927,8 @@ def test_a_stdout_that_cannot_be_written_stops_the_access_log_not_the_service(
 
 
 def test_a_closed_stdout_stops_the_start_in_one_line() -> None:
-    """Started with stdout closed (`>&-`): one line and exit 2, as a bad setting (uvicorn's
-    log set-up failed on it with a traceback)."""
+    """Started with stdout closed (`>&-`): one line and exit 2, as a bad setting."""
+    # uvicorn's log set-up failed on it with a traceback.
     result = finished(
         ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "app.py", "--port", "0"],
         {"PETSTORE_API_KEYS": KEY},
@@ -951,9 +960,10 @@ def healthcheck(
 def test_an_address_the_service_cannot_have_stops_the_start_in_one_line(
     host: str, refusal: str, tmp_path: Path
 ) -> None:
-    """A port in use, a host that doesn't resolve or isn't this machine's: one line and exit
-    2, as a bad setting, before the store is loaded (the data file is not even made); uvicorn
-    alone loaded the store first, then wrote six lines and exited 3."""
+    """An address the service can't have: one line and exit 2, before the store is loaded."""
+    # A port in use, a host that doesn't resolve or isn't this machine's: as a bad setting; the data
+    # file is not even made. uvicorn alone loaded the store first, then wrote six lines and exited
+    # 3.
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
         data = tmp_path / "pets.jsonl"
@@ -969,8 +979,8 @@ def test_an_address_the_service_cannot_have_stops_the_start_in_one_line(
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])  # noqa: S104 - the probe's case
 def test_healthcheck_passes_against_a_live_service(start_server: ServerFactory, host: str) -> None:
-    """Exit 0 and nothing printed when /healthz answers, and /readyz with `--ready`; 0.0.0.0
-    probes the loopback."""
+    """The healthcheck exits 0, printing nothing, when /healthz answers; /readyz with `--ready`."""
+    # 0.0.0.0 probes the loopback.
     server = start_server()
     for extra in ((), ("--ready",)):
         result = healthcheck(server.port, "--host", host, *extra)
@@ -990,8 +1000,9 @@ ANY_AND_LOOPBACK = [
 def test_healthcheck_probes_the_loopback_for_any_address(
     launch: Launcher, host: str, loopback: str
 ) -> None:
-    """--host 0.0.0.0 or :: probes that family's loopback, where a service bound to it (and
-    to nothing else) answers; `[::1]` is ::1 (it asked `[[::1]]`, which never resolved)."""
+    """--host 0.0.0.0 or :: probes that family's loopback; `[::1]` is ::1."""
+    # A service bound to the loopback (and to nothing else) answers there; for `[::1]` it asked
+    # `[[::1]]`, which never resolved.
     argv = [sys.executable, "app.py", "--port", "0", "--host", loopback, "--api-key", KEY]
     server = launch(argv, {}, 0)
     ready = READY_LINE.search(server.wait_for_output("petstore: ready at "))
@@ -1001,8 +1012,9 @@ def test_healthcheck_probes_the_loopback_for_any_address(
 
 
 def test_healthcheck_imports_neither_the_service_nor_its_server() -> None:
-    """The image runs it every 10 s: before app.py's imports, it loads the standard library
-    and settings.py (0.1 s, where the whole service took 0.3 s of CPU a check)."""
+    """The healthcheck loads only the standard library and settings.py, not the service."""
+    # The image runs it every 10 s: before app.py's imports it loads those (0.1 s, where the whole
+    # service took 0.3 s of CPU a check).
     result = finished(
         [sys.executable, "-X", "importtime", "app.py", "healthcheck", "--port", str(free_port())]
     )
@@ -1014,8 +1026,8 @@ def test_healthcheck_imports_neither_the_service_nor_its_server() -> None:
 
 
 def test_healthcheck_reads_only_the_address(start_server: ServerFactory) -> None:
-    """A setting the check has no use for can't fail it: a key file rotated away, a log level
-    it doesn't know. Every flag of the service is taken."""
+    """A setting the healthcheck has no use for can't fail it; every service flag is taken."""
+    # Such as a key file rotated away, or a log level it doesn't know.
     server = start_server()
     env = {"PETSTORE_API_KEYS_FILE": "/nonexistent/keys", "PETSTORE_LOG_LEVEL": "loud"}
     result = healthcheck(server.port, "--metrics", "sometimes", env=env)
@@ -1048,8 +1060,9 @@ def test_healthcheck_fails_on_a_service_that_does_not_answer() -> None:
 
 
 def test_healthcheck_fails_on_an_answer_that_trickles_in() -> None:
-    """2 s is the whole check's: a 200 sent a byte every 0.2 s (12 s in all) fails it, where
-    each read's timeout alone had let it pass after the 12 s."""
+    """The healthcheck's 2 s are the whole check's: a 200 trickled in over 12 s fails it."""
+    # The 200 is sent a byte every 0.2 s (12 s in all); each read's timeout alone had let it pass
+    # after the 12 s.
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -1074,8 +1087,9 @@ def test_healthcheck_fails_on_an_answer_that_trickles_in() -> None:
 
 
 def test_healthcheck_fails_on_a_body_that_trickles_in() -> None:
-    """The whole answer within 2 s, its body too: a head sent at once and a body that comes
-    in 3 s later fails it (the head alone passed it in a tenth of a second; probe 15)."""
+    """The whole answer, its body too, must come within 2 s: a body 3 s after the head fails it."""
+    # A head sent at once and a body that comes in 3 s later fails it; the head alone passed it in a
+    # tenth of a second.
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -1124,8 +1138,9 @@ def test_healthcheck_says_in_one_line_what_a_server_that_is_no_http_one_sent() -
 
 
 def test_healthcheck_ready_asks_readyz() -> None:
-    """`--ready` asks /readyz, where a service that can't serve (its database down) says 503
-    while /healthz says 200: a compose file's service_healthy can wait for that."""
+    """`--ready` asks /readyz: 503 where a service can't serve, while /healthz says 200."""
+    # A service that can't serve: its database down. A compose file's service_healthy can wait for
+    # that.
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -1175,9 +1190,9 @@ def test_healthcheck_fails_on_an_answer_other_than_200() -> None:
 
 
 def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
-    """uvicorn's protocol under StallGuard, in this process: each request's objects are freed
-    as it ends, none left in a reference cycle for the garbage collector (one a request cost
-    6 % of the CPU in collections, and their pauses)."""
+    """Under StallGuard a request's objects are freed as it ends, none left in a reference cycle."""
+    # uvicorn's protocol under StallGuard, in this process. Objects in cycles, one set a request,
+    # cost 6 % of the CPU in collections, and their pauses.
 
     async def exchange() -> list[object]:
         config = uvicorn.Config(
@@ -1217,9 +1232,9 @@ def test_a_request_leaves_no_garbage_for_the_collector(app: Petstore) -> None:
 
 
 def test_a_response_goes_out_in_one_write(tmp_path: Path, start_traced: TracedFactory) -> None:
-    """uvicorn writes a response's head and body apart; StallGuard sends them in one write (a
-    body over 64 KiB: one writev of the two). A HEAD response's head (no body follows) and a
-    100 Continue go out at once, by themselves."""
+    """StallGuard sends a response's head and body in one write; uvicorn writes them apart."""
+    # A body over 64 KiB: one writev of the two. A HEAD response's head (no body follows) and a 100
+    # Continue go out at once, by themselves.
     trace = tmp_path / "writes.trace"
     strace_args = ("-e", "trace=write,writev", "-s", "2000", "-o", str(trace))
     server = start_traced(tmp_path / "pets.jsonl", *strace_args)
@@ -1293,9 +1308,10 @@ def exchange_raw(port: int, sent: bytes) -> tuple[str, dict[str, str], bytes]:
 def test_a_transfer_coding_but_chunked_is_415(
     start_server: ServerFactory, codings: str, sent_gzip: bool
 ) -> None:
-    """The server undoes the chunks, and no other transfer coding: a create that says it sent
-    gzip is refused, nothing stored, whether it did (it was told its JSON was malformed) or
-    not (that one made a pet; probes 18 and 19); chunked alone is a create."""
+    """A create with a transfer coding other than chunked is refused 415, nothing stored."""
+    # The server undoes the chunks, and no other transfer coding: a create that says it sent gzip is
+    # refused, whether it did (it was told its JSON was malformed) or not (that one made a pet);
+    # chunked alone is a create.
     server = start_server()
     plain = b'{"name": "Rex", "categoryId": 1}'
     head = (
@@ -1323,9 +1339,9 @@ def test_a_transfer_coding_but_chunked_is_415(
 
 @pytest.mark.parametrize("length", [2**64, 10**23])
 def test_a_content_length_past_64_bits_is_a_413(start_server: ServerFactory, length: int) -> None:
-    """A Content-Length over the limit is a 413 (CONTRACT), however many digits it has: past
-    64 bits the parser refuses it, and that refusal is the 413 too (it was a 400
-    `validation_error`, probe 18), with the client's id, the connection closed."""
+    """A Content-Length over the limit is a 413 however many digits it has, connection closed."""
+    # CONTRACT. Past 64 bits the parser refuses it, and that refusal is the 413 too (it was a 400
+    # `validation_error`), with the client's id.
     server = start_server()
     head = POST_HEAD.replace(b"Content-Length: 100", b"Content-Length: %d" % length)
     status, headers, body = exchange_raw(
@@ -1384,11 +1400,12 @@ BAD_LENGTH: Final = "invalid character in Content-Length"
 def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
     start_server: ServerFactory, sent: bytes, echoed: bool, reason: str
 ) -> None:
-    """What uvicorn can't parse is answered as every bad input is: a 400 Error body that says
-    what the parser refused, with the client's X-Request-Id when it came before the fault, else
-    one of the process's own ids; then the connection is closed. The access log has its line
-    (`-` for what the parser never gave: the method and the path) and the metrics count it,
-    method and route `other`."""
+    """Bytes uvicorn can't parse get a 400 Error body saying what was refused, with an id."""
+    # What uvicorn can't parse is answered as every bad input is: a 400 Error body that says what
+    # the parser refused, with the client's X-Request-Id when it came before the fault, else one of
+    # the process's own ids; then the connection is closed. The access log has its line (`-` for
+    # what the parser never gave: the method and the path) and the metrics count it, method and
+    # route `other`.
     server = start_server()
     with server.client() as http:
         before = http.get("/healthz").headers["x-request-id"]
@@ -1419,9 +1436,10 @@ def test_bytes_that_are_no_request_get_an_error_body_with_an_id(
 def test_a_client_that_sends_a_whole_body_before_reading_gets_the_413(
     start_server: ServerFactory,
 ) -> None:
-    """Python's http.client sends a body whole, then reads: a body over the limit gets its 413
-    Error, not a reset (closed with the body unread, the kernel resets the connection, and the
-    reset can come before the answer). Without the lingering close, 5 MB: a reset each time."""
+    """A client that sends a too-large body whole before reading gets its 413 Error, not a reset."""
+    # Python's http.client sends a body whole, then reads. Closed with the body unread, the kernel
+    # resets the connection, and the reset can come before the answer. Without the lingering close,
+    # 5 MB: a reset each time.
     server = start_server("--max-body", "1024")
     for _ in range(3):
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
@@ -1450,9 +1468,10 @@ def test_bytes_that_are_no_request_sent_with_more_get_their_400(
 def test_a_lingering_connection_is_not_taken_for_a_stalled_one(
     start_server: ServerFactory,
 ) -> None:
-    """With --client-timeout 0.5, a client answered 413 that goes on sending is read for the
-    linger's 2 s, not cut off as stalled after half a second (the bytes it sends go to no
-    request, so the stall deadline saw none)."""
+    """A client sending on after its 413 is read for the linger's 2 s, not cut off as stalled."""
+    # With --client-timeout 0.5, a client answered 413 that goes on sending is read for the linger;
+    # it is not cut off as stalled after half a second. The bytes it sends go to no request, so the
+    # stall deadline saw none.
     server = start_server("--max-body", "1024", "--client-timeout", "0.5")
     head = (
         b"POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -1475,10 +1494,11 @@ def test_a_lingering_connection_is_not_taken_for_a_stalled_one(
 def test_a_fault_in_a_body_whose_app_answers_later_leaves_no_error(
     start_server: ServerFactory, path: bytes
 ) -> None:
-    """One packet: a request (no key: its app answers without reading the body) whose first
-    chunk's size is bad. The server's 400 goes out whole and its side ends; the app, which runs
-    after that, answers into nothing: no "Exception in ASGI application" (writing after the
-    end was a RuntimeError and an ERROR traceback from one anonymous packet)."""
+    """A bad chunk in a body its app never reads gets the server's 400 whole, and no app error."""
+    # One packet: a request (no key: its app answers without reading the body) whose first chunk's
+    # size is bad. The server's 400 goes out whole and its side ends; the app, which runs after
+    # that, answers into nothing: no "Exception in ASGI application" (writing after the end was a
+    # RuntimeError and an ERROR traceback from one anonymous packet).
     server = start_server()
     sent = b"GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" % path
     status, headers, body = exchange_raw(server.port, sent)
@@ -1495,9 +1515,10 @@ def test_a_fault_in_a_body_whose_app_answers_later_leaves_no_error(
 def test_a_fault_in_a_pipelined_body_is_answered_after_the_requests_before_it(
     start_server: ServerFactory,
 ) -> None:
-    """One packet: a request its app answers after a delay, then one whose first chunk's size is
-    bad. The first gets its answer, then the second the server's 400, in order, and no ERROR
-    line (the first app's write after a close would be an "Exception in ASGI application")."""
+    """A fault in a pipelined body is a 400 after the answers before it, with no ERROR line."""
+    # One packet: a request its app answers after a delay, then one whose first chunk's size is bad.
+    # The first gets its answer, then the second the server's 400, in order. The first app's write
+    # after a close would be an "Exception in ASGI application".
     server = start_server("--admin-key", ADMIN_KEY)
     sent = (
         b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n%sPrefer: delay=300\r\n\r\n" % AUTH_LINE
@@ -1516,8 +1537,8 @@ def test_a_fault_in_a_pipelined_body_is_answered_after_the_requests_before_it(
 def test_a_lingering_connection_is_closed_in_time_and_holds_up_no_exit(
     start_server: ServerFactory,
 ) -> None:
-    """A client that goes on sending after its 413 is read for two seconds, then cut off; one
-    lingering at SIGTERM does not hold the exit up."""
+    """A client sending on after its 413 is read for 2 s, then cut off; it holds up no exit."""
+    # One lingering at SIGTERM does not hold the exit up.
     server = start_server("--max-body", "1024")
     head = (
         b"POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -1545,10 +1566,11 @@ def test_a_lingering_connection_is_closed_in_time_and_holds_up_no_exit(
 
 
 def test_a_request_head_past_the_limit_is_refused(start_server: ServerFactory) -> None:
-    """httptools keeps a request's head however long it gets: a head still unfinished 64 KiB
-    past the read it began in (uvloop reads at most 256 KiB at once, and 1 MiB is sent here) is
-    refused with a 400 Error carrying the client's id, and the connection closed. The body's
-    bytes don't count: a 300 KiB create is stored, and a 60 KiB head sent in pieces served."""
+    """A head unfinished 64 KiB past the read it began in is a 400 with the client's id."""
+    # httptools keeps a request's head however long it gets: a head still unfinished 64 KiB past the
+    # read it began in (uvloop reads at most 256 KiB at once, and 1 MiB is sent here) is refused
+    # with a 400 Error carrying the client's id, and the connection closed. The body's bytes don't
+    # count: a 300 KiB create is stored, and a 60 KiB head sent in pieces served.
     server = start_server()
     head = b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Request-Id: big-head\r\n"
     filler = b"X-Filler: %s\r\n" % (b"f" * 1000)
@@ -1591,9 +1613,9 @@ def test_a_request_head_past_the_limit_is_refused(start_server: ServerFactory) -
 def test_an_upgrade_to_websocket_is_ignored_and_the_request_answered(
     start_server: ServerFactory,
 ) -> None:
-    """The service speaks no WebSocket: a request asking to upgrade is answered as HTTP (RFC
-    9110 lets a server ignore Upgrade), the connection goes on, and no warning tells the
-    operator to install a WebSocket library."""
+    """A request asking to upgrade to WebSocket is answered as HTTP, and the connection goes on."""
+    # The service speaks no WebSocket; RFC 9110 lets a server ignore Upgrade. No warning tells the
+    # operator to install a WebSocket library.
     server = start_server()
     upgrade = (
         b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
@@ -1622,8 +1644,8 @@ def test_an_upgrade_to_websocket_is_ignored_and_the_request_answered(
 
 @pytest.mark.anyio
 async def test_a_websocket_under_another_server_is_closed_not_failed(app: Petstore) -> None:
-    """Under a server that hands WebSockets to the app (uvicorn app:app, whose default is to),
-    every WebSocket is closed before it is accepted, whatever its path: no 500."""
+    """A WebSocket handed to the app is closed before it is accepted, whatever its path: no 500."""
+    # Under a server that hands WebSockets to the app: uvicorn app:app, whose default is to.
     sent: list[Message] = []
 
     async def receive() -> Message:
@@ -1669,9 +1691,9 @@ REX_BODY = b'{"name":"Rex","categoryId":1}'
 def test_answers_of_requests_read_before_a_fault_go_out_first(
     start_server: ServerFactory, sent: bytes, statuses: list[bytes]
 ) -> None:
-    """Requests read whole before bytes that are no request are answered, in order, and then
-    the 400 (uvicorn's went out at once: the answers, a 201 among them, were lost); a fault in
-    a request's own body is that request's 400."""
+    """Requests read whole before bytes that are no request are answered in order, then the 400."""
+    # uvicorn's 400 went out at once: the answers, a 201 among them, were lost. A fault in a
+    # request's own body is that request's 400.
     server = start_server()
     received = b""
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
@@ -1685,10 +1707,11 @@ def test_answers_of_requests_read_before_a_fault_go_out_first(
 
 
 def test_the_readme_s_pytest_fixture_works_as_written(tmp_path: Path) -> None:
-    """The README's fixture, copied into a project of its own and run by pytest: it starts the
-    service from its checkout's .venv, reads where it listens, and resets it between tests. It
-    had started the service with the test runner's interpreter, which lacks its packages, and
-    hid why behind an UnboundLocalError."""
+    """The README's pytest fixture, run in a project of its own, works as written."""
+    # Copied into a project of its own and run by pytest: it starts the service from its checkout's
+    # .venv, reads where it listens, and resets it between tests. It had started the service with
+    # the test runner's interpreter, which lacks its packages, and hid why behind an
+    # UnboundLocalError.
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     fixture = re.search(r"```python\n(import subprocess, pytest, httpx\n.*?)```", readme, re.S)
     assert fixture, "the README's fixture"

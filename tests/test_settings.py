@@ -544,9 +544,10 @@ def test_a_bad_key_in_the_key_file_is_told_by_its_line(tmp_path: Path) -> None:
 def test_a_refusal_names_the_setting_and_never_its_secret_value(
     args: list[str], env: dict[str, str], message: str
 ) -> None:
-    """A mistyped flag is named without its value (`--api-kye KEY` printed the key), an
-    abbreviation is no flag, an empty value is refused (the host meant every address, the
-    data file memory), and a conflict names where each setting came from."""
+    """A refused setting is named, never with its secret value."""
+    # A mistyped flag is named without its value (`--api-kye KEY` printed the key), an abbreviation
+    # is no flag, an empty value is refused (the host meant every address, the data file memory),
+    # and a conflict names where each setting came from.
     with pytest.raises(SettingsError) as refusal:
         load_settings(args, env)
     assert str(refusal.value) == message
@@ -562,8 +563,9 @@ def test_words_of_a_setting_are_taken_in_any_case() -> None:
 
 
 def test_the_start_cautions_against_short_keys_and_variables_that_are_no_setting() -> None:
-    """A key under 16 characters (`admin` made every /_admin path `/_[redacted]` in the logs),
-    and a misspelt PETSTORE_* variable, which used to be ignored without a word."""
+    """The start cautions against keys under 16 characters and misspelt PETSTORE_* variables."""
+    # A short key: `admin` made every /_admin path `/_[redacted]` in the logs. A misspelt variable
+    # used to be ignored without a word.
     settings = Settings(api_keys=("short-key", "k" * 16), admin_keys=("admin",))
     environ = {"PETSTORE_API_KEY": "k", "PETSTORE_PORT": "1", "PETSTORE_VERBOSITY": "", "HOME": "/"}
     advice = "a short key is easy to guess, and the logs write [redacted] wherever its text"
@@ -583,9 +585,10 @@ def test_the_start_cautions_against_short_keys_and_variables_that_are_no_setting
 def test_a_short_database_password_is_cautioned_against_and_pgpassword_redacted(
     url: str, environ: dict[str, str]
 ) -> None:
-    """The password `pets` made every /v1/pets `/v1/[redacted]` in the logs, which told it, with
-    no word at start. One given in PGPASSWORD (which the driver reads when the URL has none)
-    was not redacted at all."""
+    """A short database password is cautioned against, and one in PGPASSWORD is redacted."""
+    # The password `pets` made every /v1/pets `/v1/[redacted]` in the logs, which told it, with no
+    # word at start. One given in PGPASSWORD (which the driver reads when the URL has none) was not
+    # redacted at all.
     settings = load_settings(["--api-key", "k" * 16, "--database", url], environ)
     assert cautions(settings, environ) == [
         "the database's password is 4 characters long: a short password is easy to guess, and"
@@ -608,8 +611,9 @@ def test_a_short_database_password_is_cautioned_against_and_pgpassword_redacted(
     ids=["user-s-part", "query", "query-twice"],
 )
 def test_the_database_password_is_found_where_the_driver_finds_it(url: str, written: str) -> None:
-    """In the user's part, or else the query's `password` (its last), decoded as the driver
-    decodes each; among the secrets, decoded and as the URL writes it."""
+    """The database password is found where the driver finds it, and both its forms are secrets."""
+    # In the user's part, or else the query's `password` (its last), decoded as the driver decodes
+    # each; among the secrets, decoded and as the URL writes it.
     settings = load_settings(["--api-key", "k" * 16, "--database", url], {})
     decoded = "p&ss+wérd-42"  # the password the URLs hold
     assert settings.database_password == decoded
@@ -617,8 +621,8 @@ def test_the_database_password_is_found_where_the_driver_finds_it(url: str, writ
 
 
 def test_the_settings_written_out_hold_no_secret() -> None:
-    """repr(settings) (a traceback's locals, a debugger, a test's assertion) writes no key of
-    either kind and no part of the database's URL."""
+    """repr(settings) writes no key of either kind and no part of the database's URL."""
+    # repr is what a traceback's locals, a debugger or a test's assertion show.
     settings = load_settings(
         ["--api-key", "api-key-0123456789", "--admin-key", "admin-key-0123456789"],
         {"PETSTORE_DATABASE": "postgresql://u:pw-0123456789@db/pets", "PGPASSWORD": "pg-012345"},
@@ -630,15 +634,17 @@ def test_the_settings_written_out_hold_no_secret() -> None:
 
 
 def test_the_log_levels_are_uvicorn_s() -> None:
-    """settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps
-    them through uvicorn's table."""
+    """The log levels settings.py names are uvicorn's."""
+    # settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps them
+    # through uvicorn's table.
     assert list(LOG_LEVELS) == list(uvicorn.config.LOG_LEVELS)
 
 
 def test_kubernetes_service_links_are_no_settings() -> None:
-    """A Service named `petstore` gives every container of its namespace PETSTORE_PORT=tcp://...
-    (and PETSTORE_SERVICE_HOST, ...): that stopped the start as a port that is no number. It
-    is ignored, with one caution; the others are not named."""
+    """Kubernetes' service links for a Service `petstore` are ignored, with one caution."""
+    # A Service named `petstore` gives every container of its namespace PETSTORE_PORT=tcp://... (and
+    # PETSTORE_SERVICE_HOST, ...): that stopped the start as a port that is no number. The others
+    # are not named.
     environ = {
         "PETSTORE_PORT": "tcp://10.0.0.7:8000",
         "PETSTORE_PORT_8000_TCP": "tcp://10.0.0.7:8000",
@@ -659,8 +665,8 @@ def test_kubernetes_service_links_are_no_settings() -> None:
 
 
 def test_cors_origins_are_taken_as_browsers_send_them() -> None:
-    """`HTTP://App.Example`, `http://app.example:80`: a browser sends the scheme and host in
-    lower case and no default port, so these matched no request and allowed nothing."""
+    """CORS origins are taken as browsers send them: scheme and host lower case, no default port."""
+    # `HTTP://App.Example`, `http://app.example:80` as given matched no request and allowed nothing.
     given = (
         "HTTP://App.Example,http://app.example:80,https://app.example:443,http://h:8080,*,"
         "http://app.example:080,App://Local.Thing,http://[::1]:80,http://[::1]:3000"
@@ -678,8 +684,8 @@ def test_cors_origins_are_taken_as_browsers_send_them() -> None:
 
 
 def test_the_defaults_help_names_are_the_settings_defaults() -> None:
-    """Each default `--help` gives in parentheses is the one Settings has: a default is written
-    in both places, and this holds them together."""
+    """Each default `--help` gives in parentheses is the one Settings has."""
+    # A default is written in both places, and this holds them together.
     defaults = Settings()
     given = {
         name: found[1]
@@ -700,8 +706,9 @@ def test_the_defaults_help_names_are_the_settings_defaults() -> None:
 
 
 def test_help_names_the_variables_the_defaults_and_the_healthcheck() -> None:
-    """`--help` is where a user of the dev server looks first; `healthcheck --help` gave the
-    server's usage."""
+    """`--help` names the variables, the defaults and healthcheck, which has a usage of its own."""
+    # `--help` is where a user of the dev server looks first; `healthcheck --help` gave the server's
+    # usage.
 
     def run(*args: str) -> str:
         done = subprocess.run(
