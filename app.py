@@ -22,13 +22,14 @@ _stops_asked: list[int] = []
 
 def _note_stop(signum: int, frame: object) -> None:
     if signum == signal.SIGINT and signal.SIGINT in _stops_asked:
-        raise KeyboardInterrupt  # Ctrl-C twice: stop now (main exits 130)
+        raise SystemExit(130)  # Ctrl-C twice: stop now, quietly, wherever the start is
     _stops_asked.append(signum)
 
 
 if __name__ == "__main__":
     for _stop in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(_stop, _note_stop)
+        if signal.getsignal(_stop) is not signal.SIG_IGN:  # `nohup`'s SIGHUP stays ignored
+            signal.signal(_stop, _note_stop)
 
 import asyncio
 import contextlib
@@ -324,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     healthcheck` is answered above, before the imports)."""
     try:
         code = _start_and_serve(sys.argv[1:] if argv is None else argv)
-    except KeyboardInterrupt:  # Ctrl-C twice during the start: stopped there, nothing served
+    except KeyboardInterrupt:  # Ctrl-C where _note_stop was not the handler (main() called)
         return 130
     # Ctrl-C: the same stop as SIGTERM's, then the shell's code for a SIGINT (the server raised
     # the signal again once done, and _note_stop, back by then, noted it: no traceback).
@@ -378,6 +379,7 @@ def __getattr__(name: str) -> Any:
     for the same settings: their client timeout, `drop`, the server's 400s in the access log."""
     if name not in ("app", "StallGuard"):
         raise AttributeError(name)
+    settings = None
     try:
         settings, key_line = with_key(load_settings([], os.environ))
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
@@ -388,7 +390,7 @@ def __getattr__(name: str) -> Any:
         if key_line:  # uvicorn listens only once we are built: said before that, once
             app.access_log.announce(key_line)
     except SettingsError as error:
-        refuse_start(str(error), None)  # in text: the settings that would ask for JSON failed
+        refuse_start(str(error), settings)  # None: they failed, and the line is text
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import re
 import urllib.parse
 
-# The URL's parameters that name a file the driver reads (libpq's names, which asyncpg takes).
-_FILES = frozenset({"sslrootcert", "sslcert", "sslkey", "sslcrl", "passfile"})
 _EXPECTED = (
     "expected a URL like postgresql://USER:PASSWORD@HOST:PORT/DATABASE (an @, #, / or ? in the"
     " password written %40, %23, %2F or %3F)"
@@ -29,15 +26,15 @@ def problem(url: str) -> str | None:
     ports = [host.rpartition(":")[2] for host in hosts.split(",") if ":" in host.split("]")[-1]]
     if scheme not in ("postgresql", "postgres") or not rest or not all(map(is_port, ports)):
         return _EXPECTED
+    if "[" in userinfo or "]" in userinfo:  # urllib takes them for a host's brackets
+        return "write a [ or ] in the password as %5B or %5D"
     try:  # as password() and describe() will read it: brackets that hold no IPv6 address
-        parts = urllib.parse.urlsplit(url)
+        urllib.parse.urlsplit(url)
     except ValueError:
-        return "a host in brackets must be an IPv6 address, its brackets closed ([::1]:5432)"
-    # A file the driver would read for TLS that is not there: it said only "No such file or
-    # directory" at each attempt to connect, and the service waited for it as for an outage.
-    for name, values in urllib.parse.parse_qs(parts.query).items():
-        if name in _FILES and not os.path.exists(os.path.expanduser(values[-1])):
-            return f"{name} {values[-1]!r}: no such file"
+        return (
+            "its host can't be read: a host in brackets must be an IPv6 address ([::1]:5432),"
+            " and a character past ASCII in the password is best percent-encoded"
+        )
     return None
 
 
@@ -72,4 +69,5 @@ def describe(url: str) -> str:
 def is_port(text: str) -> bool:
     """Whether this is what follows a host's last colon in a URL: a port (ASCII digits, at
     most 65535)."""
-    return text.isascii() and text.isdigit() and int(text) <= 65535
+    digits = text.lstrip("0")  # int() refuses 4,301 digits, a traceback
+    return text.isascii() and text.isdigit() and len(digits) <= 5 and int(text) <= 65535

@@ -290,9 +290,11 @@ def refuse_start(reason: str, settings: Settings | None) -> None:
             reason = redact(reason, settings.secrets)
         # One write, the line and its end together: print() writes them apart, and other
         # workers of `uvicorn app:app`, refusing at the same moment on the same stderr, came
-        # in between.
-        sys.stderr.write(f"petstore: {reason}\n")
-        sys.stderr.flush()
+        # in between. Where stderr is closed, stdout (as print() did).
+        stream = sys.stderr or sys.stdout
+        if stream is not None:
+            stream.write(f"petstore: {reason}\n")
+            stream.flush()
 
 
 def write_stdout(text: str) -> None:

@@ -80,6 +80,7 @@ class StallGuard(HttpToolsProtocol):
         self._unbodied = 0  # bytes read since the head or the body's last piece (UNBODIED_LIMIT)
         self._body_bytes = 0  # of the current request's body, since its body's clock began
         self._body_began = 0.0  # that clock (MIN_BODY_RATE), held while the client can't send
+        self._held = False  # the client could not send at the last check
 
     # uvicorn annotates it asyncio.Transport, asyncio.Protocol a BaseTransport: mypy's override.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -220,6 +221,7 @@ class StallGuard(HttpToolsProtocol):
         super().on_message_begin()
         self._began = self._progress = self._body_began = self.loop.time()
         self._head_size = self._unbodied = self._body_bytes = 0
+        self._held = False
         if self.offers_close:
             self.scope["extensions"] = self._extensions
 
@@ -244,7 +246,10 @@ class StallGuard(HttpToolsProtocol):
         within the client timeout; the body, never stalled that long, and coming at
         MIN_BODY_RATE on average, past the client timeout. While the client can't send (the
         app has not read what it sent, or not yet asked for it after `Expect: 100-continue`:
-        a fault's delay holds a create) it owes nothing, and the body's clocks start again."""
+        a fault's delay holds a create) it owes nothing, and the body's clocks start again at
+        the first check that finds it can: when, between two checks, is not known, and a clock
+        started at the last check of the hold gave it as little as nothing (a create's body
+        sent on its 100 Continue was cut off as a stall, now and then)."""
         self._timer = None
         if self.transport.is_closing() or self.transport.get_protocol() is not self:  # lingering
             return
@@ -253,6 +258,9 @@ class StallGuard(HttpToolsProtocol):
         if cycle is None or cycle.scope is not self.scope:  # the head: no cycle for it yet
             stalled = by_rate = self._began + self.client_timeout
         elif self.flow.read_paused or cycle.waiting_for_100_continue:
+            self._held = True
+        elif self._held:  # it can send again, since the last check: its clocks start now
+            self._held = False
             self._progress, self._body_began, self._body_bytes = now, now, 0
         elif cycle.more_body:
             stalled = self._progress + self.client_timeout

@@ -54,11 +54,14 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         if self.stopped_by is not None:  # a stop came during the start: nothing is served
-            name = signal.Signals(self.stopped_by).name
-            logger.info("stopped before serving: a %s came during the start", name)
+            self._stopped_before_serving()
             return
-        self.loop = asyncio.get_running_loop()
         await super().startup(sockets)  # the lifespan (the store loaded), then the listening socket
+        self.loop = asyncio.get_running_loop()  # from now on a stop closes the listeners at once
+        if self.started and self.stopped_by is not None:  # one came during the lifespan's start
+            self._stop_taking_requests()
+            self._stopped_before_serving()
+            return
         if self.started and sockets is not None:  # uvicorn says where only of what it bound
             self._log_started_message(sockets)
         if self.started:
@@ -80,6 +83,10 @@ class _Server(uvicorn.Server):
             if tasks:
                 await asyncio.wait(tasks, timeout=_CUT_OFF_SECONDS)
             await self.lifespan.shutdown()
+
+    def _stopped_before_serving(self) -> None:
+        name = signal.Signals(self.stopped_by or signal.SIGTERM).name
+        logger.info("stopped before serving: a %s came during the start", name)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.stopped_by is None:
@@ -106,9 +113,11 @@ class _Server(uvicorn.Server):
         during the start; and the logs' last lines are written (their Outlets' threads) before
         it raises the signal it caught again, which ends the process (`python app.py` notes
         it: app.py's handler is back by then, and the process exits 0, or 130 for a SIGINT)."""
-        main = threading.current_thread() is threading.main_thread()  # signals only there
+        # Signals are taken in the main thread only, and an ignored SIGHUP (`nohup`) stays so.
+        main = threading.current_thread() is threading.main_thread()
+        take = main and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
         with super().capture_signals():
-            hangup = signal.signal(signal.SIGHUP, self.handle_exit) if main else None
+            hangup = signal.signal(signal.SIGHUP, self.handle_exit) if take else None
             try:
                 for signum in self.stops_asked:
                     self.handle_exit(signum, None)
@@ -155,7 +164,7 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     announce: Callable[[str], None],
     stops_asked: Sequence[int],
 ) -> None:
-    """Serve `app` until SIGTERM or Ctrl-C; `on_exit` runs as soon as the signal arrives.
+    """Serve `app` until SIGTERM, Ctrl-C or SIGHUP; `on_exit` runs as soon as one arrives.
     `note_refusal` notes each of the server's own 400s and gives its id
     (AccessLog.note_refusal); `sock` is bound_socket()'s; `announce` writes the ready line
     (AccessLog.announce); `stops_asked`, the signals that came during the start (app.py notes

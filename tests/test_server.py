@@ -420,12 +420,19 @@ def exchange_on(sock: socket.socket, sent: bytes) -> bytes:
     sock.sendall(sent)
     received = b""
     while b"\r\n\r\n" not in received:
-        received += sock.recv(65536)
+        received += _more(sock, received)
     head, _, body = received.partition(b"\r\n\r\n")
     length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
     while len(body) < length:
-        body += sock.recv(65536)
+        body += _more(sock, body)
     return head + b"\r\n\r\n" + body
+
+
+def _more(sock: socket.socket, received: bytes) -> bytes:
+    """The next bytes of an answer; a failure if the server closed the connection first."""
+    more = sock.recv(65536)
+    assert more, f"the connection closed after {len(received)} bytes: {received[:200]!r}"
+    return more
 
 
 def test_bodies_of_any_framing_or_size_are_not_taken_for_trailers(
@@ -672,7 +679,7 @@ def test_uvicorn_with_two_workers_over_memory_says_why_it_is_refused(
     port = free_port()
     server = launch(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2", *extra],
-        {"PETSTORE_API_KEYS": "k"},
+        {"PETSTORE_API_KEYS": KEY},
         port,
     )
     wait_until(lambda: WORKERS_REFUSED in server.stderr.splitlines(), "the refusal")
@@ -700,7 +707,7 @@ def test_uvicorn_with_two_workers_over_memory_is_refused_and_stops(launch: Launc
     port = free_port()
     server = launch(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--workers", "2"],
-        {"PETSTORE_API_KEYS": "k"},
+        {"PETSTORE_API_KEYS": KEY},
         port,
     )
     try:
@@ -738,7 +745,7 @@ def test_each_worker_refuses_in_one_write(tmp_path: Path) -> None:
             "--workers",
             "2",
         ],
-        env=environment({"PETSTORE_API_KEYS": "k", "PYTHONUNBUFFERED": "1"}),
+        env=environment({"PETSTORE_API_KEYS": KEY, "PYTHONUNBUFFERED": "1"}),
         cwd=ROOT,
         capture_output=True,
         timeout=30,
@@ -1818,3 +1825,60 @@ def test_a_hangup_stops_as_a_sigterm_does(start_server: ServerFactory) -> None:
     assert (status_line, headers["x-request-id"]) == ("HTTP/1.1 200 OK", "hung-up")
     assert server.process.wait(10) == 0
     assert "hung-up" in server.stdout  # its access line
+
+
+def test_a_stop_during_the_lifespan_s_start_serves_nothing(tmp_path: Path) -> None:
+    """A SIGTERM while the store opens: no ready line, no traceback, exit 0."""
+    # Past the start's first part (the app built), before uvicorn listens: the listeners were
+    # closed before uvicorn had made them (an asyncio traceback), and the ready line printed.
+    script = tmp_path / "stop_in_open.py"
+    script.write_text(
+        "import asyncio, os, runpy, signal, sys\n"
+        "sys.path.insert(0, os.getcwd())\n"
+        "import store\n"
+        "async def open_slowly(self):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    await asyncio.sleep(0.2)\n"
+        "store.MemoryStore.open = open_slowly\n"
+        "sys.argv = ['app.py', '--port', '0']\n"
+        "runpy.run_path('app.py', run_name='__main__')\n"
+    )
+    result = finished([sys.executable, str(script)], {"PETSTORE_API_KEYS": KEY})
+    assert result.returncode == 0, result.stderr
+    assert "ready at" not in result.stdout
+    assert "Traceback" not in result.stderr
+    assert "stopped before serving: a SIGTERM came during the start" in result.stderr
+
+
+def test_a_hangup_ignored_by_its_starter_stays_ignored(start_server: ServerFactory) -> None:
+    """Started under `nohup` (SIGHUP ignored), a SIGHUP does not stop the service."""
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited by the child, as nohup's
+    try:
+        server = start_server()
+    finally:
+        signal.signal(signal.SIGHUP, hangup)
+    server.process.send_signal(signal.SIGHUP)
+    with server.client() as http:  # a request after it: it would be refused once stopping
+        assert http.get("/healthz").status_code == 200
+    assert server.process.poll() is None
+
+
+def test_a_body_sent_a_while_after_its_100_continue_is_not_a_stall(
+    start_server: ServerFactory,
+) -> None:
+    """A body sent 0.6 s after its 100 Continue (timeout 1 s), the delay's end near a check."""
+    # The client owes its body from the 100 Continue on; its clock started at the last check of
+    # the hold, a second before, and it was cut off as a stall.
+    server = start_server("--client-timeout", "1", "--admin-key", "admin-key-0123456789")
+    body = b'{"name": "Rex", "categoryId": 1}'
+    head = (
+        f"POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Prefer: delay=2950\r\nExpect: 100-continue\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head)
+        assert sock.recv(1024) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        time.sleep(0.6)  # the client's own pace: within its timeout, not a synchronisation
+        answer = exchange_on(sock, body)
+    assert answer.startswith(b"HTTP/1.1 201 Created\r\n")

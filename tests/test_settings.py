@@ -404,11 +404,9 @@ BAD_SETTINGS = [
     pytest.param(["--database", "postgresql://u:pw@[::1/db"], {}, id="database-bracket-open"),
     pytest.param([], {"PETSTORE_DATABASE_URL": "postgresql://u:pw@h]/db"}, id="env-database-shut"),
     pytest.param(["--database", "postgresql://u:pw@[zz]:5432/db"], {}, id="database-not-ipv6"),
-    pytest.param(
-        ["--database", "postgresql://u:pw@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca"],
-        {},
-        id="database-ca-file-missing",
-    ),
+    pytest.param(["--database", "postgresql://u:p[w@h:5432/db"], {}, id="database-password-["),
+    pytest.param(["--database", "postgresql://u:pw@h:" + "9" * 5000], {}, id="database-port-long"),
+    pytest.param(["--cors-origin", "http://a:" + "9" * 5000], {}, id="cors-origin-port-long"),
     pytest.param(["--api-kye", KEY], {}, id="mistyped-flag"),
     pytest.param(["--po", "0"], {}, id="abbreviated-flag"),
 ]
@@ -749,3 +747,38 @@ def test_a_refusal_quoting_a_file_shows_no_key(tmp_path: Path, log_format: str) 
     assert "unknown field" in result.stderr
     assert "[redacted]" in result.stderr
     assert KEY not in result.stderr
+
+
+def test_a_refusal_under_uvicorn_quoting_a_file_shows_no_key(
+    tmp_path: Path, launch: Launcher
+) -> None:
+    """Under `uvicorn app:app` too, a refusal quoting a seed writes a key there as [redacted]."""
+    seed = tmp_path / "seed.json"
+    seed.write_text(f'[{{"name": "Rex", "categoryId": 1, "{KEY}": 1}}]')
+    port = free_port()
+    server = launch(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
+        {"PETSTORE_API_KEYS": KEY, "PETSTORE_SEED": str(seed)},
+        port,
+    )
+    assert server.process.wait(30) == uvicorn.config.STARTUP_FAILURE
+    assert "unknown field `[redacted]`" in server.stderr
+    assert KEY not in server.stderr
+
+
+def test_a_refusal_with_stderr_closed_goes_to_stdout() -> None:
+    """With stderr closed, a refused start says why on stdout, exit 2 (as print() did)."""
+    result = subprocess.run(
+        ["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "app.py", "--bogus"],
+        env=environment(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stdout
+        == "petstore: 1 unknown argument, not shown (a key?); --help lists the flags\n"
+    )
