@@ -26,6 +26,7 @@ from tests.conftest import (
     free_port,
     wait_until,
 )
+from tests.test_server import finished
 
 MISSING_KEY = {
     "code": "unauthorized",
@@ -734,14 +735,9 @@ def test_a_refusal_quoting_a_file_shows_no_key(tmp_path: Path, log_format: str) 
     """A refusal that quotes a seed's text writes a configured key there as [redacted]."""
     seed = tmp_path / "seed.json"
     seed.write_text(f'[{{"name": "Rex", "categoryId": 1, "{KEY}": 1}}]')
-    result = subprocess.run(
+    result = finished(
         [sys.executable, "app.py", "--seed", str(seed), "--log-format", log_format],
-        env=environment({"PETSTORE_PORT": str(free_port()), "PETSTORE_API_KEYS": KEY}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+        {"PETSTORE_PORT": str(free_port()), "PETSTORE_API_KEYS": KEY},
     )
     assert result.returncode == 2
     assert "unknown field" in result.stderr
@@ -768,15 +764,7 @@ def test_a_refusal_under_uvicorn_quoting_a_file_shows_no_key(
 
 def test_a_refusal_with_stderr_closed_goes_to_stdout() -> None:
     """With stderr closed, a refused start says why on stdout, exit 2 (as print() did)."""
-    result = subprocess.run(
-        ["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "app.py", "--bogus"],
-        env=environment(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = finished(["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "app.py", "--bogus"])
     assert result.returncode == 2
     assert (
         result.stdout
