@@ -12,11 +12,10 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
 
     sys.exit(check(sys.argv[2:]))
 
-# The stops (SIGTERM, Ctrl-C's SIGINT, a closed terminal's SIGHUP) that come before the server
-# takes its signals over, which serve() then acts on: in the image Python is PID 1, and the
-# kernel drops a signal PID 1 has no handler for, so one during the start (the imports below,
-# the store's load) needs this one; a Ctrl-C there was a KeyboardInterrupt's traceback. The
-# server puts this handler back when it is done, and raises the signals it took again.
+# The stops (SIGTERM, Ctrl-C's SIGINT, a closed terminal's SIGHUP) during the start (the imports
+# below, the store's load), which serve() acts on once it is done: in the image Python is PID 1,
+# and the kernel drops a signal PID 1 has no handler for; a Ctrl-C was a KeyboardInterrupt's
+# traceback. The server puts this handler back when it is done, and raises its signals again.
 _stops_asked: list[int] = []
 
 
@@ -28,7 +27,9 @@ def _note_stop(signum: int, frame: object) -> None:
 
 if __name__ == "__main__":
     for _stop in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        if signal.getsignal(_stop) is not signal.SIG_IGN:  # `nohup`'s SIGHUP stays ignored
+        # `nohup`'s SIGHUP stays ignored; a SIGINT a shell ignores for its background jobs is
+        # taken, as uvicorn takes it while serving (Ctrl-C can't reach such a job; a kill can).
+        if _stop != signal.SIGHUP or signal.getsignal(_stop) is not signal.SIG_IGN:
             signal.signal(_stop, _note_stop)
 
 import asyncio
