@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import ipaddress
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -220,6 +221,7 @@ def _tokens(keys: list[tuple[str, str]]) -> tuple[str, ...]:
 # An origin as browsers send it: scheme, host and maybe a port; no path, not even a final /.
 _ORIGIN: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s,@]+")  # no user's part
 _HOST_PORT: Final = re.compile(r"(\[[^\]]*\]|[^:]*)(?::([0-9]+))?")
+_HOST_NAME: Final = re.compile(r"[a-z0-9_.\-]+")  # lower case: the origin was
 
 
 def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -240,12 +242,38 @@ def _cors_origins(flags: argparse.Namespace, environ: Mapping[str, str]) -> tupl
                 f"{source}: expected * or an origin like https://app.example:8080, got"
                 f" {origin!r}{wildcard}"
             )
+        elif (host := _browser_host(parts[1])) is None:
+            raise SettingsError(
+                f"{source}: {origin!r} has a host no browser sends: write it as the browser's"
+                " Origin header does (a name, punycode past ASCII, or an IP address like"
+                " 127.0.0.1 or [::1])"
+            )
         else:
-            host, port = parts.groups()
+            port = parts[2]
             default = {"http": 80, "https": 443}.get(scheme)
             port = "" if port is None or int(port) == default else f":{int(port)}"  # :080 is 80
             taken.append(f"{scheme}://{host}{port}")
     return tuple(dict.fromkeys(taken))
+
+
+def _browser_host(host: str) -> str | None:
+    """A host as a browser's Origin writes it (`bücher.example` as `xn--bcher-kva.example`, an
+    IPv6 address compressed), None for one no browser sends (a `%`, a `#`, an IPv4 address
+    with leading zeros): a preflight from it never matched."""
+    if host.startswith("["):
+        try:
+            return f"[{ipaddress.IPv6Address(host[1:-1]).compressed}]"
+        except ValueError:
+            return None
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            return None
+    numbers = host.split(".")
+    if all(map(str.isdigit, numbers)) and any(len(n) > 1 and n[0] == "0" for n in numbers):
+        return None
+    return host if _HOST_NAME.fullmatch(host) else None
 
 
 def load_settings(

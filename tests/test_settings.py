@@ -388,6 +388,9 @@ BAD_SETTINGS = [
     pytest.param(["--cors-origin", "https://user@app.example"], {}, id="cors-origin-userinfo"),
     pytest.param(["--cors-origin", "https://app.example:"], {}, id="cors-origin-empty-port"),
     pytest.param(["--cors-origin", "http://app.example:65536"], {}, id="cors-origin-port-past"),
+    pytest.param(["--cors-origin", "http://127.000.000.001:3000"], {}, id="cors-origin-zero-led"),
+    pytest.param(["--cors-origin", "http://localhost%20:3000"], {}, id="cors-origin-percent"),
+    pytest.param(["--cors-origin", "http://localhost#:3000"], {}, id="cors-origin-hash"),
     pytest.param(["--api-key", "same-key", "--admin-key", "same-key"], {}, id="key-both-kinds"),
     pytest.param([], {"PETSTORE_ADMIN_KEYS": "bad key"}, id="env-admin-key-with-space"),
     pytest.param(["--journal-size", "-1"], {}, id="journal-size-negative"),
@@ -668,7 +671,8 @@ def test_cors_origins_are_taken_as_browsers_send_them() -> None:
     # `HTTP://App.Example`, `http://app.example:80` as given matched no request and allowed nothing.
     given = (
         "HTTP://App.Example,http://app.example:80,https://app.example:443,http://h:8080,*,"
-        "http://app.example:080,App://Local.Thing,http://[::1]:80,http://[::1]:3000"
+        "http://app.example:080,App://Local.Thing,http://[::1]:80,http://[::1]:3000,"
+        "http://Bücher.example:3000,http://[0:0:0:0:0:0:0:1]:3000"
     )
     settings = load_settings([], {"PETSTORE_CORS_ORIGINS": given})
     assert settings.cors_origins == (
@@ -679,6 +683,7 @@ def test_cors_origins_are_taken_as_browsers_send_them() -> None:
         "app://local.thing",
         "http://[::1]",
         "http://[::1]:3000",
+        "http://xn--bcher-kva.example:3000",
     )
 
 
