@@ -324,10 +324,7 @@ def build(settings: Settings) -> Petstore:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python app.py [flags]`: serve until SIGTERM, Ctrl-C or SIGHUP (`python app.py
     healthcheck` is answered above, before the imports)."""
-    try:
-        code = _start_and_serve(sys.argv[1:] if argv is None else argv)
-    except KeyboardInterrupt:  # Ctrl-C where _note_stop was not the handler (main() called)
-        return 130
+    code = _start_and_serve(sys.argv[1:] if argv is None else argv)
     # Ctrl-C: the same stop as SIGTERM's, then the shell's code for a SIGINT (the server raised
     # the signal again once done, and _note_stop, back by then, noted it: no traceback).
     return 130 if code == 0 and signal.SIGINT in _stops_asked else code

@@ -36,6 +36,7 @@ from tests.conftest import (
     STRACE,
     WRONG_KEY,
     Launcher,
+    Server,
     ServerFactory,
     TracedFactory,
     answers,
@@ -500,6 +501,22 @@ def test_a_body_held_back_by_the_server_is_not_the_client_s_stall(
     assert answer.startswith(b"HTTP/1.1 201 Created\r\n")
 
 
+def large_answers_unread(server: Server, pets: int, name: int, requests: int) -> socket.socket:
+    """A connection that pipelines `requests` listPets of `pets` pets (names of about `name`
+    characters) made now, and reads none of the answers (a 2 KiB receive buffer)."""
+    with server.client() as http:
+        for number in range(pets):
+            http.post("/v1/pets", json={"name": f"{number}" * name, "categoryId": 1})
+    request = (
+        f"GET /v1/pets?limit={pets} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
+    )
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.connect(("127.0.0.1", server.port))
+    sock.sendall(request.encode() * requests)
+    return sock
+
+
 def test_pipelined_answers_to_a_client_gone_are_dropped_without_a_traceback(
     start_server: ServerFactory,
 ) -> None:
@@ -509,14 +526,7 @@ def test_pipelined_answers_to_a_client_gone_are_dropped_without_a_traceback(
     # transports do. uvloop's raised, and each such client left an "Exception in ASGI application"
     # and its traceback.
     server = start_server()
-    with server.client() as http:
-        for number in range(30):
-            http.post("/v1/pets", json={"name": f"{number}" * 4000, "categoryId": 1})
-    request = f"GET /v1/pets?limit=30 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
-        sock.connect(("127.0.0.1", server.port))
-        sock.sendall(request.encode() * 8)
+    with large_answers_unread(server, pets=30, name=4000, requests=8) as sock:
         select.select([sock], [], [], 5)  # the first answer is being written
     # The one being written and the next (uvicorn drops the rest once the client is gone).
     wait_until(lambda: server.stdout.count('"GET /v1/pets" 200') >= 2, "two answered")
@@ -532,14 +542,8 @@ def test_an_answer_cut_off_by_the_shutdown_mid_write_leaves_no_traceback(
     # being written is cancelled mid-answer. No traceback is the README's promise for a request cut
     # off.
     server = start_server()
-    with server.client() as http:
-        for number in range(100):
-            http.post("/v1/pets", json={"name": f"{number}" * 2000, "categoryId": 1})
-    request = f"GET /v1/pets?limit=100 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
-    with socket.socket() as sock:  # 20 answers of 400 KB: past what the kernel's buffers hold
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
-        sock.connect(("127.0.0.1", server.port))
-        sock.sendall(request.encode() * 20)
+    # 20 answers of 400 KB: past what the kernel's buffers hold
+    with large_answers_unread(server, pets=100, name=2000, requests=20):
         wait_until(lambda: '"GET /v1/pets" 200' in server.stdout, "the first answered")
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(15) == 0
