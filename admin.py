@@ -22,7 +22,7 @@ from openapi import (
     with_request_ids,
 )
 from parsing import decode_fault_rule, integer, query, read_body, require_json
-from routing import Endpoint, JSONResponse, NoContent, Refused, invalid
+from routing import Endpoint, JSONResponse, NoContent, Refused, invalid, per_root_path
 from schemas import (
     DELAY_MAX_MS,
     RETRY_AFTER_STATUSES,
@@ -54,7 +54,9 @@ class ControlPlane:
         self.store = store
         self.journal = journal
         self.faults = faults
-        self.openapi_cache: dict[str, bytes] = {}
+        self.document = per_root_path(
+            lambda root_path: encoder.encode(admin_openapi_document(root_path))
+        )
 
     def routes(self) -> list[Route]:
         return [
@@ -143,10 +145,7 @@ class ControlPlane:
         return NoContent()
 
     async def openapi(self, scope: Scope, receive: Receive) -> Response:
-        root_path = scope.get("root_path", "")
-        if root_path not in self.openapi_cache:
-            self.openapi_cache[root_path] = encoder.encode(admin_openapi_document(root_path))
-        return JSONResponse(self.openapi_cache[root_path])
+        return JSONResponse(self.document(scope))
 
 
 # What faults.check_rule checks, said in JSON Schema (schemathesis holds the two to each other):
@@ -257,7 +256,7 @@ def admin_openapi_document(root_path: str = "") -> dict[str, Any]:
             "There only when the service is started with an admin key.",
             "license": {"name": "MIT", "identifier": "MIT"},
         },
-        "servers": [{"url": f"{root_path}/_admin"}],
+        "servers": [{"url": f"{root_path}{ADMIN_PREFIX}"}],
         "tags": [{"name": "control", "description": "The test-control plane"}],
         "security": [{"adminAuth": []}],
         "paths": {

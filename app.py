@@ -75,6 +75,7 @@ from routing import (
     Refused,
     error_response,
     invalid,
+    per_root_path,
 )
 from schemas import (
     ADMIN_REALM,
@@ -119,8 +120,10 @@ class PetRoutes:
         self.max_body = settings.max_body
         self.health = health
         self.in_flight = KeysInFlight()
-        self.openapi_cache: dict[str, bytes] = {}
-        self.injected = bool(settings.admin_keys)  # the test-control plane's faults, documented
+        injected = bool(settings.admin_keys)  # the test-control plane's faults, documented
+        self.document = per_root_path(
+            lambda root_path: encoder.encode(openapi_document(root_path, injected=injected))
+        )
 
     async def list_pets(self, scope: Scope, receive: Receive) -> Response:
         limit, status, after = list_query(scope["query_string"])
@@ -168,11 +171,7 @@ class PetRoutes:
         return JSONResponse(encoder.encode(pet))
 
     async def openapi(self, scope: Scope, receive: Receive) -> Response:
-        root_path = scope.get("root_path", "")
-        if root_path not in self.openapi_cache:
-            document = openapi_document(root_path, injected=self.injected)
-            self.openapi_cache[root_path] = encoder.encode(document)
-        return JSONResponse(self.openapi_cache[root_path])
+        return JSONResponse(self.document(scope))
 
     async def healthz(self, scope: Scope, receive: Receive) -> Response:
         return JSONResponse(b'{"status":"ok"}')

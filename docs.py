@@ -13,7 +13,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope
 from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped] # ships no types
 
-from routing import BytesResponse, Endpoint, Handler
+from routing import BytesResponse, Endpoint, Handler, per_root_path
 
 DOCS_PATH: Final = "/docs"
 
@@ -91,16 +91,15 @@ class Docs:
 
     def __init__(self, openapi_path: str) -> None:
         self.openapi_path = openapi_path
-        self.pages: dict[str, bytes] = {}
+        self.page_for = per_root_path(self._page)
+
+    def _page(self, root_path: str) -> bytes:
+        root = html.escape(root_path, quote=True)
+        return PAGE.format(root=root, openapi_path=self.openapi_path).encode()
 
     async def page(self, scope: Scope, receive: Receive) -> Response:
-        root_path: str = scope.get("root_path", "")
-        if (page := self.pages.get(root_path)) is None:
-            root = html.escape(root_path, quote=True)
-            page = PAGE.format(root=root, openapi_path=self.openapi_path).encode()
-            self.pages[root_path] = page
         headers = [*_SECURITY_HEADERS, (b"cache-control", b"no-cache")]
-        return BytesResponse(page, "text/html; charset=utf-8", headers)
+        return BytesResponse(self.page_for(scope), "text/html; charset=utf-8", headers)
 
     def routes(self) -> list[Route]:
         """/docs and each file it loads."""

@@ -17,6 +17,7 @@ from schemas import (
     LIMIT_DEFAULT,
     LIMIT_MAX,
     LIMIT_MIN,
+    QUOTED_KEY_CHARACTER,
     ErrorCode,
     NewFaultRule,
     NewPet,
@@ -65,9 +66,9 @@ def query(query_string: bytes, names: frozenset[str], *, strict: bool = False) -
     return params
 
 
-# A quoted string of visible characters (RFC 9110 5.6.4), a quote or a backslash inside written
-# as a quoted-pair, which stands for its character.
-_QUOTED_KEY: Final = re.compile(rb'"(?:[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e])+"')
+# A quoted string of visible characters, a quote or a backslash inside written as a
+# quoted-pair, which stands for its character.
+_QUOTED_KEY: Final = re.compile(f'"(?:{QUOTED_KEY_CHARACTER})+"'.encode())
 _QUOTED_PAIR: Final = re.compile(rb"\\(.)", re.DOTALL)
 _LIST_PARAMETERS: Final = frozenset({"limit", "status", "after"})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 from starlette.responses import Response
 from starlette.routing import Route, Router
@@ -151,6 +151,24 @@ def cut_off(scope: Scope) -> Response:
 Handler = Callable[[Scope, Receive], Awaitable[Response]]
 
 
+_Made = TypeVar("_Made")
+
+
+def per_root_path(make: Callable[[str], _Made]) -> Callable[[Scope], _Made]:
+    """What `make` gives for a request's root path (set by --root-path or by the server), made
+    once for each: there is one, or a very few."""
+    made: dict[str, _Made] = {}
+
+    def for_scope(scope: Scope) -> _Made:
+        root_path: str = scope.get("root_path", "")
+        found = made.get(root_path)
+        if found is None:
+            found = made[root_path] = make(root_path)
+        return found
+
+    return for_scope
+
+
 class Interception(NamedTuple):
     """What an interceptor decided for a request: the response to send instead of the
     handler's (None: the handler answers), and headers to add to whatever is sent."""
@@ -199,18 +217,14 @@ class Endpoint:
                 self.operations.setdefault("HEAD", self.operations["GET"])
         self.allow = ", ".join(sorted(self.handlers))
         self.header_templates = dict(headers or {})
-        self.headers_by_root_path: dict[str, RawHeaders] = {}
+        self.headers_for = per_root_path(self._headers)
         self.intercept = intercept if self.operations else None
 
-    def headers_for(self, scope: Scope) -> RawHeaders:
-        root_path: str = scope.get("root_path", "")
-        headers = self.headers_by_root_path.get(root_path)
-        if headers is None:  # once per root path: there is one, or a very few
-            headers = self.headers_by_root_path[root_path] = [
-                (name.lower().encode(), value.format(root_path=root_path).encode())
-                for name, value in self.header_templates.items()
-            ]
-        return headers
+    def _headers(self, root_path: str) -> RawHeaders:
+        return [
+            (name.lower().encode(), value.format(root_path=root_path).encode())
+            for name, value in self.header_templates.items()
+        ]
 
     # One function, each outcome a branch: a helper would be a call more for every request.
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: PLR0912

@@ -61,11 +61,14 @@ def is_idempotency_key(text: str) -> bool:
     )
 
 
+# A character of a quoted key (RFC 9110 5.6.4): visible, a quote or a backslash written as a
+# quoted-pair (`\\"`), which stands for its character (parsing.py checks keys with it).
+QUOTED_KEY_CHARACTER: Final = r"[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e]"
 # The header's value: the key bare (not beginning or ending with a quote), or quoted with
 # quoted-pairs (`"a\\"b"` is `a"b`).
 IDEMPOTENCY_HEADER_PATTERN: Final = (
     r"^(?:[\x21\x23-\x7e](?:[\x21-\x7e]{0,253}[\x21\x23-\x7e])?"
-    r'|"(?:[\x21\x23-\x5b\x5d-\x7e]|\\[\x21-\x7e]){1,255}")$'
+    f'|"(?:{QUOTED_KEY_CHARACTER}){{1,255}}")$'
 )
 
 

@@ -465,7 +465,7 @@ async def test_no_key_of_any_kind_is_in_the_journal(plane: httpx.AsyncClient) ->
 
 async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redacted() -> None:
     """No key gets through the journal hidden by an encoding, a case, a cut or another key."""
-    # The forms a probe found: as the method's name, JSON-escaped in a body, percent-encoded in a
+    # The forms tried: as the method's name, JSON-escaped in a body, percent-encoded in a
     # header other than the query, as a header's name (lower-cased by the server), across the body's
     # 4096-byte cut, or inside a longer key. A query parameter that hid one is given out decoded,
     # the others as sent.
@@ -641,7 +641,7 @@ async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
     small = {**big, "headers": [(b"host", b"x"), *pads[:2]]}
     journal_.record(small, 1001, 0, 1000, 401, b"small")
     first = {**big, "headers": [(b"x-big", b"b" * 40_000), (b"host", b"x")]}
-    journal_.record(first, 1002, 0, 1000, 401, b"first")  # nothing kept (review 20: all was)
+    journal_.record(first, 1002, 0, 1000, 401, b"first")  # nothing kept (it once kept all)
     just_past = {**big, "headers": [(b"x-%d" % n, b"j" * 1000) for n in range(17)]}
     journal_.record(just_past, 1003, 0, 1000, 401, b"just")  # 17 KB: kept whole, it was
     *_, cut, whole, none, sixteen = journal_.entries()
@@ -1006,7 +1006,7 @@ def test_drop_closes_the_connection_without_a_byte(start_server: ServerFactory) 
             head = f"GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
             sock.sendall(head.encode())
             assert sock.recv(65536) == b""
-            # Ended as it was dropped, the client's side still open (review 19: it waited for
+            # Ended as it was dropped, the client's side still open (it once waited for
             # the client to close it, and was journaled after the requests that came next).
             journaled = http.get("/_admin/requests", headers=ADMIN).json()["requests"]
             assert [entry["status"] for entry in journaled] == [None]
@@ -1057,7 +1057,7 @@ def test_a_dropped_create_always_sees_the_connection_end_never_a_reset(
                 except httpx.TransportError as error:
                     seen.append(type(error).__name__)
             # The request ended as it was dropped: in the journal before its client saw the
-            # end (it waited for the client to close its side; review 19).
+            # end (it once waited for the client to close its side).
             entries = admin.get("/_admin/requests", headers=ADMIN).json()["requests"]
             journaled.append(sum(entry["status"] is None for entry in entries))
     assert seen == ["RemoteProtocolError"] * tries

@@ -58,7 +58,7 @@ async def test_get_existing_pet_is_200_with_the_pet(
 @pytest.mark.parametrize("text", ["01", "002", "0" * 19 + "2", "0" * 5000 + "1"])
 async def test_leading_zeros_name_the_same_id(client: httpx.AsyncClient, text: str) -> None:
     """petId 01 is the integer 1 and 002 the integer 2, however many zeros lead."""
-    # A probe found 20 or more leading zeros refused as no int64.
+    # 20 or more leading zeros were once refused as no int64.
     await create(client, REX)
     await create(client, REX)
     response = await client.get(f"/v1/pets/{text}")
