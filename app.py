@@ -64,6 +64,7 @@ from parsing import (
     integer,
     list_query,
     read_body,
+    read_body_start,
     require_json,
 )
 from protocol import http_protocol
@@ -113,10 +114,14 @@ _KEY: Final = "petstore.idempotency_key"  # where PetRoutes.hold_key leaves the 
 
 
 class PetRoutes:
-    """The endpoints, wired to one store and one set of settings."""
+    """The endpoints, wired to one store and one set of settings. `journaled`: how much of a
+    create's body to read for the journal when it is refused before reading it (0: none)."""
 
-    def __init__(self, store: PetStore, settings: Settings, health: Health) -> None:
+    def __init__(
+        self, store: PetStore, settings: Settings, health: Health, journaled: int = 0
+    ) -> None:
         self.store = store
+        self.journaled = journaled
         self.max_body = settings.max_body
         self.health = health
         self.in_flight = KeysInFlight()
@@ -147,11 +152,16 @@ class PetRoutes:
         return release
 
     async def create_pet(self, scope: Scope, receive: Receive) -> Response:
-        require_json(scope)
-        if _KEY in scope:  # held by hold_key, or none sent
-            key = scope[_KEY]
-        elif (key := idempotency_key(scope)) is not None and key in self.in_flight:
-            raise IdempotencyConflict(key)  # another create holds it
+        try:
+            if _KEY in scope:  # held by hold_key, or none sent
+                key = scope[_KEY]
+            elif (key := idempotency_key(scope)) is not None and key in self.in_flight:
+                raise IdempotencyConflict(key)  # another create holds it: whatever this one is
+            require_json(scope)
+        except (Refused, IdempotencyConflict):
+            if self.journaled:  # what it sent, as an injected fault's create: for the journal
+                await read_body_start(scope, receive, self.journaled)
+            raise
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
         pet, replayed = await self.store.add(new_pet, key)  # its 409 or 422: Endpoint's
         location = f"{scope.get('root_path', '')}{PETS_PATH}/{pet.id}"
@@ -223,7 +233,13 @@ def create_app(
     if not settings.api_keys:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
-    handlers = PetRoutes(store, settings, health)
+    plane = None
+    if settings.admin_keys:
+        journal = None
+        if settings.journal_size:
+            journal = Journal(settings.journal_size, settings.secrets)
+        plane = ControlPlane(store, journal, Faults(chance, journal.body_kept if journal else 0))
+    handlers = PetRoutes(store, settings, health, plane.faults.journaled if plane else 0)
     deprecation = {
         "Deprecation": DEPRECATION,
         "Sunset": SUNSET,
@@ -255,12 +271,6 @@ def create_app(
         # `metrics` is made below, once the router it asks for templates exists.
         return BytesResponse(metrics.exposition(), CONTENT_TYPE_LATEST)
 
-    plane = None
-    if settings.admin_keys:
-        journal = None
-        if settings.journal_size:
-            journal = Journal(settings.journal_size, settings.secrets)
-        plane = ControlPlane(store, journal, Faults(chance, journal.body_kept if journal else 0))
     intercept = plane.faults.intercept if plane else None
     routes = [
         Route(

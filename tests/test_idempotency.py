@@ -427,6 +427,50 @@ async def test_a_key_is_in_flight_from_the_head_through_a_delay_and_a_slow_body(
     assert pets == [{"id": 1, **REX}, {"id": 2, **TOM}]
 
 
+async def test_a_retry_while_its_key_is_in_flight_is_409_whatever_it_sends() -> None:
+    """A retry while its key is held is a 409 whatever its Content-Type or Content-Encoding."""
+    # The body's checks (415) came first: a text/plain retry got a 415, not the 409.
+    async with a_held_create("t") as (http, first):
+        body = json.dumps(REX).encode()
+        retries = [
+            await http.post("/v1/pets", content=body, headers={**keyed("t"), **headers})
+            for headers in (
+                {"Content-Type": "text/plain"},
+                {"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            )
+        ]
+        created = await first
+        pets = await all_pets(http)
+    for retry in retries:
+        assert_error(retry, 409, "idempotency_conflict")
+    assert created.status_code == 201
+    assert pets == [{"id": 1, **REX}]
+
+
+async def test_creates_refused_before_their_body_is_read_are_journaled_with_it() -> None:
+    """A create refused 409, 415 or 400 (its key) before reading its body is journaled with it."""
+    # What a retry sent while its first attempt was in flight is what a harness compares: the
+    # journal had no `body` for these.
+    async with a_held_create("j") as (http, first):
+        sent = [
+            (b'{"name": "Retry", "categoryId": 1}', {**keyed("j")}),
+            (b'{"name": "Plain", "categoryId": 1}', {"Content-Type": "text/plain"}),
+            (b'{"name": "Quoted", "categoryId": 1}', keyed('"a')),
+        ]
+        answers = [
+            await http.post(
+                "/v1/pets", content=body, headers={"Content-Type": "application/json", **headers}
+            )
+            for body, headers in sent
+        ]
+        await first
+        journal = (await http.get("/_admin/requests", headers=ADMIN)).json()["requests"]
+    assert [answer.status_code for answer in answers] == [409, 415, 400]
+    assert [(entry["status"], entry.get("body")) for entry in journal[1:]] == [
+        (status, body.decode()) for status, (body, _) in zip([409, 415, 400], sent, strict=True)
+    ]
+
+
 async def test_fault_rules_come_before_a_key_s_409_and_400() -> None:
     """A fault rule answers before a key's 409 or 400, and is counted down by it."""
     # A rule applies to every create past the credential check (CONTRACT): a retry whose key another
