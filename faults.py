@@ -119,6 +119,8 @@ class Faults:
             if self.journaled and scope["method"] == "POST":  # nothing of it is carried out
                 await read_body_start(scope, receive, self.journaled)
             return Interception(_injected(fault))
+        if not fault.applied:  # a rule's delay: no Prefer to answer
+            return Interception(None)
         return Interception(None, [(b"preference-applied", fault.applied.encode())])
 
     def take(self, operation: Operation) -> Fault | None:

@@ -763,13 +763,15 @@ async def test_a_failed_draw_goes_on_to_the_next_rule() -> None:
 
 
 async def test_delay_then_the_usual_answer(plane: httpx.AsyncClient) -> None:
-    """delayMs waits, then the request is handled as usual."""
+    """delayMs waits, then the request is handled as usual, with no Preference-Applied."""
+    # Preference-Applied answers a request's own Prefer: a rule's delay had it empty.
     await add_rule(plane, operation="createPet", delayMs=150)
     loop = asyncio.get_running_loop()
     began = loop.time()
     response = await plane.post("/v1/pets", json=REX, headers=AUTH)
     assert loop.time() - began >= 0.15
     assert (response.status_code, response.json()) == (201, {"id": 1, **REX})
+    assert "preference-applied" not in response.headers
 
 
 async def test_a_delay_does_not_block_other_requests(plane: httpx.AsyncClient) -> None:
