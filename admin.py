@@ -128,7 +128,7 @@ class ControlPlane:
         if rule.drop is True and CLOSE_EXTENSION not in (scope.get("extensions") or {}):
             raise invalid(
                 "`drop` needs the service's own HTTP protocol: run `python app.py`, or uvicorn "
-                "with `--http app:StallGuard`"
+                "with its --http left as it is or `--http app:StallGuard`"
             )
         added = self.faults.add(rule)
         location = f"{scope.get('root_path', '')}{ADMIN_PREFIX}/faults/{added.id}"

@@ -90,7 +90,7 @@ from schemas import (
     ErrorCode,
     encoder,
 )
-from server import bound_socket, check_workers, serve, warn_of_unread
+from server import adopt_protocol, bound_socket, check_workers, serve, warn_of_unread
 from settings import Settings, SettingsError, load_settings, log_format_asked, with_key
 from store import PetStore
 
@@ -401,7 +401,9 @@ def __getattr__(name: str) -> Any:
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None
-    globals().update(app=app, StallGuard=http_protocol(settings, app.access_log.note_refusal))
+    protocol = http_protocol(settings, app.access_log.note_refusal)
+    adopt_protocol(protocol)
+    globals().update(app=app, StallGuard=protocol)
     return globals()[name]
 
 

@@ -1,8 +1,8 @@
 """Running under uvicorn: the server, the ready line, readiness off at shutdown.
 
 The server runs StallGuard (protocol.py); the logs are logs.py's, `healthcheck` is
-healthcheck.py's. Under `uvicorn app:app`, uvicorn runs the server: check_workers and
-warn_of_unread say what it does that our own start would not."""
+healthcheck.py's. Under `uvicorn app:app`, uvicorn runs the server: adopt_protocol gives it
+StallGuard, check_workers and warn_of_unread say what it does that our own start would not."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any, Final
 
 import uvicorn
@@ -184,6 +185,25 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     )
     server = _Server(config, on_exit, announce, stops_asked)
     server.run(sockets=[sock])
+
+
+def adopt_protocol(protocol: type[asyncio.Protocol]) -> None:
+    """Under `uvicorn app:app`, make `protocol` (StallGuard for the settings) the HTTP protocol
+    of the uvicorn Config importing the app, if its --http was left to uvicorn (auto or
+    httptools): the server's own 400s Error bodies with an id, the client timeout, `drop`, as
+    under `python app.py`. No ASGI message reaches the protocol: the Config is found up the
+    stack (the `self` of the method importing the app). --http h11, or a protocol named, is
+    kept."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        config = frame.f_locals.get("self")
+        if isinstance(config, uvicorn.Config):
+            if config.http in ("auto", "httptools"):
+                # Both: uvicorn's run() imports the app before Config.load() reads --http, and
+                # a worker (--workers, --reload) after it made the protocol's class.
+                config.http = config.http_protocol_class = protocol
+            return
+        frame = frame.f_back
 
 
 def warn_of_unread(environ: Mapping[str, str]) -> None:

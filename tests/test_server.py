@@ -616,13 +616,17 @@ def test_uvicorn_app_says_what_it_leaves_unread(launch: Launcher) -> None:
         assert note in server.stderr
 
 
-def test_uvicorn_with_app_s_protocol_has_its_settings(launch: Launcher) -> None:
-    """`uvicorn app:app --http app:StallGuard` has `python app.py`'s protocol settings."""
+@pytest.mark.parametrize("chosen", [[], ["--http", "app:StallGuard"]], ids=["auto", "named"])
+def test_uvicorn_app_has_the_app_s_protocol_and_its_settings(
+    launch: Launcher, chosen: list[str]
+) -> None:
+    """`uvicorn app:app` (its --http left or app:StallGuard) has `python app.py`'s protocol."""
     # It is the protocol of `python app.py` for the PETSTORE_* settings: the test-control plane's
     # drop works, a stalled head is cut off at the client timeout set, and bytes that are no request
-    # get one of the process's ids and a line.
+    # get one of the process's ids and a line. With --http left to uvicorn, uvicorn's own was kept:
+    # a drop rule refused, a plain-text 400 without an id.
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "app:app", "--http", "app:StallGuard"]
+    argv = [sys.executable, "-m", "uvicorn", "app:app", *chosen]
     settings = {
         "PETSTORE_API_KEYS": KEY,
         "PETSTORE_ADMIN_KEYS": ADMIN_KEY,
@@ -650,6 +654,34 @@ def test_uvicorn_with_app_s_protocol_has_its_settings(launch: Launcher) -> None:
     server.wait_for_output('"- -" 400 ')
     assert server.stop() in (0, -15)
     assert "Traceback" not in server.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "ours"),
+    [(["--workers", "2"], True), (["--http", "h11"], False)],
+    ids=["workers", "h11"],
+)
+def test_uvicorn_app_s_workers_have_its_protocol_and_h11_is_kept(
+    launch: Launcher, tmp_path: Path, flags: list[str], ours: bool
+) -> None:
+    """Each of `uvicorn app:app --workers 2` answers bytes that are no request with an Error
+    body, as `python app.py`; `--http h11`, asked for, is uvicorn's own protocol."""
+    # A worker imports the app after uvicorn made its protocol's class, `uvicorn app:app` before.
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), *flags]
+    env = {"PETSTORE_API_KEYS": KEY, "PETSTORE_DATA": str(tmp_path / "pets.jsonl")}
+    server = launch(argv, env, port)
+    server.wait_ready()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as garbled:
+        garbled.sendall(b"GET /v1/pets HTTP/1.1\r\nNo colon here\r\n\r\n")
+        answer = garbled.makefile("rb").read()
+    assert server.stop() in (0, -15)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert (b"\r\nx-request-id: " in head, body.startswith(b'{"code":"validation_error"')) == (
+        ours,
+        ours,
+    )
 
 
 def test_uvicorn_reload_over_memory_serves(launch: Launcher) -> None:
