@@ -156,7 +156,7 @@ class PetRoutes:
             if _KEY in scope:  # held by hold_key, or none sent
                 key = scope[_KEY]
             elif (key := idempotency_key(scope)) is not None and key in self.in_flight:
-                raise IdempotencyConflict(key)  # another create holds it: whatever this one is
+                raise IdempotencyConflict(key)  # held by another: whatever this one sends
             require_json(scope)
         except (Refused, IdempotencyConflict):
             if self.journaled:  # what it sent, as an injected fault's create: for the journal
@@ -381,9 +381,10 @@ def _start_and_serve(argv: Sequence[str]) -> int:
 
 
 def __getattr__(name: str) -> Any:
-    """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use only, and with
-    `--http app:StallGuard` (which uvicorn imports first) the HTTP protocol of `python app.py`
-    for the same settings: their client timeout, `drop`, the server's 400s in the access log."""
+    """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use only, and the
+    HTTP protocol of `python app.py` for the same settings (their client timeout, `drop`, the
+    server's 400s in the access log), put in uvicorn's (adopt_protocol), or named by `--http
+    app:StallGuard` (which uvicorn imports first)."""
     if name not in ("app", "StallGuard"):
         raise AttributeError(name)
     settings = None
