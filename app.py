@@ -53,7 +53,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, KeysInFlight
 from journal import Journal
-from logs import access_log_stream, configure_logging, refuse_start, start_logging
+from logs import access_log_stream, refuse_start, start_logging
 from metrics import CONTENT_TYPE_LATEST, FOLD_EVERY, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
@@ -91,7 +91,7 @@ from schemas import (
     encoder,
 )
 from server import adopt_protocol, bound_socket, check_workers, serve, warn_of_unread
-from settings import Settings, SettingsError, load_settings, log_format_asked, with_key
+from settings import Settings, SettingsError, load_settings, with_key
 from store import PetStore
 
 __all__ = ["Petstore", "create_app", "main"]
@@ -347,10 +347,7 @@ def _start_and_serve(argv: Sequence[str]) -> int:
             )
         settings, key_line = with_key(load_settings(argv, os.environ))
     except SettingsError as error:  # in the log format asked for, if that one was readable
-        asked = Settings(log_format=log_format_asked(argv, os.environ))
-        if asked.log_format == "json":  # text is written as it is (uvicorn's needs a stdout)
-            configure_logging(asked)
-        refuse_start(str(error), asked)
+        refuse_start(str(error), None, argv)
         return 2
     start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
     try:
@@ -398,7 +395,7 @@ def __getattr__(name: str) -> Any:
         if key_line:  # uvicorn listens only once we are built: said before that, once
             app.access_log.announce(key_line)
     except SettingsError as error:
-        refuse_start(str(error), settings)  # None: they failed, and the line is text
+        refuse_start(str(error), settings)  # None: they failed, read for the log format
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None

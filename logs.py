@@ -23,7 +23,7 @@ from uvicorn.config import LOG_LEVELS
 
 from redaction import longest_first, redact, redact_encoded
 from schemas import encoder, rfc3339
-from settings import Settings, cautions
+from settings import Settings, cautions, log_format_asked
 
 logger = logging.getLogger("petstore")
 
@@ -278,16 +278,20 @@ def start_logging(
         logger.warning("%s", caution)
 
 
-def refuse_start(reason: str, settings: Settings | None) -> None:
-    """Say why the start stops: a line of text on stderr, or, once the settings are read and
-    ask for JSON, one JSON line of the log, as every other line; either way with no secret of
-    the settings in it (a file's line quoted in the reason may hold a key)."""
-    if settings is not None and settings.log_format == "json":
+def refuse_start(reason: str, settings: Settings | None, argv: Sequence[str] = ()) -> None:
+    """Say why the start stops: a line of text on stderr, or, where the settings ask for JSON,
+    one JSON line of the log, as every other line; either way with no secret of the settings
+    in it (a file's line quoted in the reason may hold a key). Settings that could not be read
+    (None) are read for their log format alone, from `argv` and the environment."""
+    if settings is None:
+        settings = Settings(log_format=log_format_asked(argv, os.environ))
+        if settings.log_format == "json":  # text is written as it is (uvicorn's needs a stdout)
+            configure_logging(settings)
+    if settings.log_format == "json":
         logger.error("%s", reason)  # Redact, the handler's filter, takes the secrets out
         wait_for_outlets()
     else:
-        if settings is not None:
-            reason = redact(reason, settings.secrets)
+        reason = redact(reason, settings.secrets)
         # One write, the line and its end together: print() writes them apart, and other
         # workers of `uvicorn app:app`, refusing at the same moment on the same stderr, came
         # in between. Where stderr is closed, stdout (as print() did).

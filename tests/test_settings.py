@@ -767,6 +767,23 @@ def test_a_refusal_under_uvicorn_quoting_a_file_shows_no_key(
     assert KEY not in server.stderr
 
 
+def test_a_setting_refused_under_uvicorn_says_so_in_json_when_json_is_asked(
+    launch: Launcher,
+) -> None:
+    """Under `uvicorn app:app`, a setting that can't be read is refused in one JSON line too."""
+    # As `python app.py` refuses it: the line was text, the settings unread.
+    port = free_port()
+    server = launch(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
+        {"PETSTORE_API_KEYS": KEY, "PETSTORE_LOG_FORMAT": "json", "PETSTORE_MAX_BODY": "abc"},
+        port,
+    )
+    assert server.process.wait(30) == uvicorn.config.STARTUP_FAILURE
+    refusals = [json.loads(line) for line in server.stderr.splitlines() if "MAX_BODY" in line]
+    assert [(line["level"], line["logger"]) for line in refusals] == [("ERROR", "petstore")]
+    assert refusals[0]["message"].startswith("PETSTORE_MAX_BODY: expected an integer")
+
+
 def test_a_refusal_with_stderr_closed_goes_to_stdout() -> None:
     """With stderr closed, a refused start says why on stdout, exit 2 (as print() did)."""
     result = finished(["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "app.py", "--bogus"])
