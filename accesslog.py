@@ -7,6 +7,7 @@ import itertools
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from secrets import token_hex
 from typing import Final, TextIO
@@ -17,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from journal import Journal
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
-from redaction import longest_first, redact
+from redaction import REDACTED, longest_first, redact
 from routing import PREFER, REQUEST_ID_HEADER, STATUS, cut_off, internal_error
 from schemas import encoder, rfc3339, wall_minus_perf_counter_ns
 
@@ -47,7 +48,7 @@ class AccessLine(msgspec.Struct):
     client: str | None
     method: str | None  # None, as the path: a 400 of the server's own, to bytes it couldn't parse
     path: str | None
-    status: int | None  # None: no answer (a fault rule's `drop`)
+    status: int | None  # None: no answer (a fault's `drop`, a client gone mid-body)
     durationUs: int  # camelCase: the contract's names
     requestId: str
 
@@ -113,6 +114,7 @@ class AccessLog:
         # hold a quote), and JSON escapes its own; redacted in the chunk.
         escape = _json_escaped if json_lines else _escaped
         self.secrets = longest_first(form for s in secrets if s for form in (s, escape(s)))
+        self.plain_secrets = longest_first(secrets)
         self.entries: list[_Entry] = []
         self.id_prefix = token_hex(4).encode() + b"-"
         self.id_blocks = itertools.count(1)  # of 256 ids: the counter's digits but the last two
@@ -246,6 +248,11 @@ class AccessLog:
 
     def _lines(self, entries: list[_Entry]) -> str:
         text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
+        # A "%" (rare): a request id or a client's address may hide a secret in its encoding,
+        # which nobody decodes (the server decodes a path); such a field is written REDACTED.
+        if "%" in text and self.plain_secrets:
+            entries = [_encoded_secrets_out(entry, self.plain_secrets) for entry in entries]
+            text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
         return redact(text, self.secrets)  # one a client put in a path or a request id
 
     def _write(self, text: str) -> None:
@@ -283,22 +290,15 @@ class AccessLog:
 
     @staticmethod
     def _text_lines(entries: list[_Entry]) -> str:
-        """The entries' lines in text. A path is decoded (%0A is a line break): one that is not
-        all printable, or holds a quote or a backslash, is escaped, so that a client can't
-        write a line of its own, fields of its own within its quotes, or a terminal's escape
-        sequence. The chunk's paths are checked at once (joined: the checks run in C), each
-        path only when one of them needs it; in ASCII, as paths are, byte by byte (isprintable
-        looks each character up)."""
-        paths = "".join([entry[2] for entry in entries])
-        check = not paths.isascii() or bool(paths.encode().translate(None, _PLAIN_ASCII))
-        return "".join(
-            [
-                f"{client[0] if client else '-'} "
-                f'"{method} {_escaped(path) if check and not _plain(path) else path}" '
-                f"{_STATUS_TEXT[status]} {elapsed // 1000}us {request_id[1].decode('latin-1')}\n"
-                for client, method, path, status, elapsed, request_id, _ in entries
-            ]
-        )
+        """The entries' lines in text, a client's address one field: X-Forwarded-For's (which
+        uvicorn takes from a proxy on the loopback) is escaped when it holds a space, a tab or
+        a quote. Five spaces and two quotes a line, counted in C, tell that none does (a path
+        with a space or a quote in it has the chunk's addresses looked at one by one)."""
+        text = _text_lines(entries)
+        lines = len(entries)
+        if text.count(" ") != 5 * lines or text.count('"') != 2 * lines or "\t" in text:
+            text = _text_lines([_client_escaped(entry) for entry in entries])
+        return text
 
     @staticmethod
     def _json_lines(entries: list[_Entry]) -> str:
@@ -316,6 +316,51 @@ class AccessLog:
             for client, method, path, status, elapsed, request_id, started in entries
         ]
         return encoder.encode_lines(lines).decode()
+
+
+def _text_lines(entries: list[_Entry]) -> str:
+    """The entries' lines in text. A path is decoded (%0A is a line break): one that is not
+    all printable, or holds a quote or a backslash, is escaped, so that a client can't write
+    a line of its own, fields of its own within its quotes, or a terminal's escape sequence.
+    The chunk's paths are checked at once (joined: the checks run in C), each path only when
+    one of them needs it; in ASCII, as paths are, byte by byte (isprintable looks each
+    character up)."""
+    paths = "".join([entry[2] for entry in entries])
+    check = not paths.isascii() or bool(paths.encode().translate(None, _PLAIN_ASCII))
+    return "".join(
+        [
+            f"{client[0] if client else '-'} "
+            f'"{method} {_escaped(path) if check and not _plain(path) else path}" '
+            f"{_STATUS_TEXT[status]} {elapsed // 1000}us {request_id[1].decode('latin-1')}\n"
+            for client, method, path, status, elapsed, request_id, _ in entries
+        ]
+    )
+
+
+def _client_escaped(entry: _Entry) -> _Entry:
+    """The entry with its client's address escaped as a path is, and its spaces as `\\x20`,
+    unless it goes into a text line as it is, one field."""
+    client = entry[0]
+    if client is None or (_plain(client[0]) and " " not in client[0]):
+        return entry
+    return ((_escaped(client[0]).replace(" ", "\\x20"), client[1]), *entry[1:])
+
+
+def _encoded_secrets_out(entry: _Entry, secrets: Sequence[str]) -> _Entry:
+    """The entry with its request id, and its client's address (X-Forwarded-For's, which
+    uvicorn takes from a proxy on the loopback), written REDACTED where one hides a secret in
+    its percent-encoding."""
+    client, method, path, status, elapsed, request_id, started = entry
+    if _hides_secret(request_id[1].decode("latin-1"), secrets):
+        request_id = (request_id[0], REDACTED.encode())
+    if client and _hides_secret(client[0], secrets):
+        client = (REDACTED, client[1])
+    return client, method, path, status, elapsed, request_id, started
+
+
+def _hides_secret(text: str, secrets: Sequence[str]) -> bool:
+    decoded = urllib.parse.unquote(text)
+    return "%" in text and redact(decoded, secrets) != decoded
 
 
 # The bytes an ASCII path holds that go into a text line as they are (_plain).

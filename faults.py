@@ -11,10 +11,10 @@ from typing import Final
 
 import msgspec
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive, Scope
 
 from parsing import read_body_start
-from routing import PREFER, STATUS, Interception, error_response, invalid
+from routing import PREFER, Interception, Unanswered, error_response, invalid
 from schemas import (
     DELAY_MAX_MS,
     INJECTABLE_STATUSES,
@@ -114,7 +114,7 @@ class Faults:
                 await asyncio.sleep(left)
         if fault.drop:
             await _drop(scope, receive)
-            return Interception(_Unanswered())
+            return Interception(Unanswered())
         if fault.status is not None:
             if self.journaled and scope["method"] == "POST":  # nothing of it is carried out
                 await read_body_start(scope, receive, self.journaled)
@@ -180,17 +180,6 @@ def _injected(fault: Fault) -> Response:
     if fault.applied:
         headers["Preference-Applied"] = fault.applied
     return error_response(fault.status, ErrorCode.INJECTED_FAULT, f"Injected by {by}", headers)
-
-
-class _Unanswered(Response):
-    """What a dropped request gets: nothing (its connection is closed already). Its status is
-    None: the access log writes `-` (JSON null), the journal null, the metrics `dropped`."""
-
-    def __init__(self) -> None:
-        self.raw_headers = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[STATUS] = None
 
 
 async def _drop(scope: Scope, receive: Receive) -> None:

@@ -230,7 +230,9 @@ class Journal:
             query=self._redact_query(query),
             status=recorded.status,
             durationMs=round(recorded.duration_ns / 1e6, 3),
-            requestId=self._redact(recorded.request_id.decode("latin-1")),
+            requestId=self._redact_encoded(
+                recorded.request_id.decode("latin-1"), urllib.parse.unquote
+            ),  # as the header's value is
             headers=headers,
         )
         if recorded.headers_cut:

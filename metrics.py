@@ -45,7 +45,7 @@ BOUNDS: Final = (
 # The label value of a path no route takes, and of a method outside HTTP's own: a client can't
 # make a label grow (httptools knows a fixed list of methods, h11 takes any token).
 OTHER: Final = "other"
-DROPPED: Final = "dropped"  # the status label of a request a fault rule dropped
+DROPPED: Final = "dropped"  # the status label of a request no answer reached (routing.Unanswered)
 _METHODS: Final = frozenset(
     ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
 )
@@ -128,7 +128,7 @@ class RequestCounts:
         """Add the pending durations into the counts (the scrape calls it first)."""
         pending, self.pending = self.pending, defaultdict(list)
         for (method, template, status), durations in pending.items():
-            # None: dropped by a fault rule, no answer; counted as such, as every fault is
+            # None: no answer (a fault's drop, a client gone mid-body); counted as such
             key = (method if method in _METHODS else OTHER, template, status or DROPPED)
             counts = self.by_key.get(key)
             if counts is None:

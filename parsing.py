@@ -10,7 +10,7 @@ from typing import Final
 import msgspec
 from starlette.types import Receive, Scope
 
-from routing import BODY, Refused, header, invalid
+from routing import BODY, ClientGone, Refused, header, invalid
 from schemas import (
     IDEMPOTENCY_KEY_MAX,
     INT64_MAX,
@@ -208,7 +208,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     while True:  # ASGI messages read directly: a Request and its stream() cost more
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise Refused(400, ErrorCode.MALFORMED_JSON, "The body ended early")
+            raise ClientGone
         chunk: bytes = message.get("body", b"")
         chunks.append(chunk)
         size += len(chunk)

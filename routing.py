@@ -107,6 +107,23 @@ class Refused(Exception):
         self.response = error_response(status, code, message, headers)
 
 
+class ClientGone(Exception):
+    """The client left, or was cut off (StallGuard), before its body ended: no answer can
+    reach it."""
+
+
+class Unanswered(Response):
+    """What a request gets when no answer can reach its client: nothing (its connection is
+    closed: a fault's `drop`, a client gone mid-body). Its status is None: the access log
+    writes `-` (JSON null), the journal null, the metrics `dropped`."""
+
+    def __init__(self) -> None:
+        self.raw_headers = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[STATUS] = None
+
+
 def invalid(message: str) -> Refused:
     """A 400 `validation_error`: a parameter or header holds a value the contract refuses."""
     return Refused(400, ErrorCode.VALIDATION_ERROR, message)
@@ -251,6 +268,8 @@ class Endpoint:
                 response = await handler(scope, receive)
         except Refused as refusal:
             response = refusal.response
+        except ClientGone:
+            response = Unanswered()
         except StorageUnavailable as error:  # from any store, on any operation
             response = error_response(503, ErrorCode.STORAGE_UNAVAILABLE, str(error))
         except IdempotencyConflict:  # createPet's key, held (KeysInFlight) or being stored

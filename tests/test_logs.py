@@ -511,6 +511,52 @@ async def test_the_database_password_is_kept_out_of_the_access_log_and_the_journ
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_a_key_percent_encoded_in_a_request_id_is_redacted(log_format: str) -> None:
+    """A request id that hides a key in its percent-encoding is `[redacted]` in line and journal."""
+    # No one decodes a request id: it went out as sent, where the journal's copy of the header was
+    # redacted.
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), log_format=log_format)
+    access_log = io.StringIO()
+    petstore = create_app(settings, MemoryStore(), access_log=access_log)
+    hidden = [KEY.replace("-", "%2D"), "".join(f"%{byte:02X}" for byte in KEY.encode())]
+    async with serving(petstore) as client:
+        echoed = [
+            (await client.get("/v1/pets", headers={"X-Request-Id": sent})).headers["x-request-id"]
+            for sent in hidden
+        ]
+        journal = await client.get("/_admin/requests", headers=bearer(ADMIN_KEY))
+    petstore.access_log.flush()
+    written = access_log.getvalue()
+    assert echoed == hidden  # the client's own id, as it sent it
+    assert not any(sent in written + journal.text for sent in hidden)
+    if log_format == "json":
+        ids = [line["requestId"] for line in access_lines(written) if line["path"] == "/v1/pets"]
+    else:
+        ids = [line.split()[-1] for line in written.splitlines() if '"GET /v1/pets"' in line]
+    assert ids == ["[redacted]", "[redacted]"]
+    assert [entry["requestId"] for entry in journal.json()["requests"]] == ["[redacted]"] * 2
+
+
+def test_a_client_s_address_is_one_field_of_the_text_line(start_server: ServerFactory) -> None:
+    """An X-Forwarded-For address with a space, a tab or a quote is escaped: one field a line."""
+    # uvicorn takes the address from X-Forwarded-For, sent from the loopback (a proxy's): written as
+    # it was, it could put a method, a path, a status and an id of its own in front of the line's.
+    server = start_server()
+    forged = ['6.6.6.6 "GET /v1/pets" 200 1us forged', '1.2.3.4\t"x']
+    with server.client() as http:
+        for address in forged:
+            assert http.get("/nope", headers={"X-Forwarded-For": address}).status_code == 404
+    wait_until(lambda: server.stdout.count('"GET /nope" 404 ') == 2, "the two lines")
+    lines = [line for line in server.stdout.splitlines() if '"GET /nope"' in line]
+    assert [line.split(" ", 1)[0] for line in lines] == [
+        '6.6.6.6\\x20\\"GET\\x20/v1/pets\\"\\x20200\\x201us\\x20forged',
+        '1.2.3.4\\t\\"x',
+    ]
+    assert all(len(line.split()) == 6 for line in lines)
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     "database",
     [

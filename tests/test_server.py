@@ -24,6 +24,7 @@ from typing import Any, Final
 import httpx
 import pytest
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.types import Message, Scope
 
 from app import Petstore
@@ -355,6 +356,28 @@ def test_stalled_client_is_cut_off(
         assert read_until_closed(sock) == b""
         elapsed = time.monotonic() - started
     assert 0.9 <= elapsed < 5
+
+
+def test_a_body_cut_off_or_left_mid_way_is_noted_as_unanswered(start_server: ServerFactory) -> None:
+    """A create cut off mid-body, or whose client left mid-body, is noted as no answer."""
+    # Neither gets a byte: `-` in the access log, `dropped` in the metrics, as a fault's drop. Both
+    # were noted as the 400 `malformed_json` the app made and no client read.
+    server = start_server("--client-timeout", "1")
+    for leave in (False, True):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(POST_HEAD + b"0123456789")
+            if leave:
+                sock.shutdown(socket.SHUT_WR)
+            assert read_until_closed(sock) == b""
+    with server.client() as http:
+        counted = {
+            sample.labels["status"]: sample.value
+            for family in text_string_to_metric_families(http.get("/metrics").text)
+            for sample in family.samples
+            if sample.name == "petstore_http_requests_total" and sample.labels["method"] == "POST"
+        }
+    assert counted == {"dropped": 2}
+    wait_until(lambda: server.stdout.count('"POST /v1/pets" - ') == 2, "two lines of no answer")
 
 
 def trickle(sock: socket.socket, data: bytes, piece: int, every: float) -> int:
