@@ -100,6 +100,7 @@ class AccessLog:
         json_lines: bool = False,
         secrets: Sequence[str] = (),
         prefer: bool = False,
+        forwarded: bool = False,
     ) -> None:
         self.app = app
         # The headers its one look through a request's finds: the request id's, and with
@@ -110,6 +111,7 @@ class AccessLog:
         self.journal = journal
         self.counts = counts
         self.json_lines = json_lines
+        self.forwarded = forwarded  # a client's address may come from X-Forwarded-For
         # Each secret as the lines write it: a path is escaped in the text (a password may
         # hold a quote), and JSON escapes its own; redacted in the chunk.
         escape = _json_escaped if json_lines else _escaped
@@ -247,13 +249,19 @@ class AccessLog:
             self._flush_stream()
 
     def _lines(self, entries: list[_Entry]) -> str:
-        text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
+        text = self._formatted(entries)
         # A "%" (rare): a request id or a client's address may hide a secret in its encoding,
         # which nobody decodes (the server decodes a path); such a field is written REDACTED.
         if "%" in text and self.plain_secrets:
             entries = [_encoded_secrets_out(entry, self.plain_secrets) for entry in entries]
-            text = self._json_lines(entries) if self.json_lines else self._text_lines(entries)
+            text = self._formatted(entries)
         return redact(text, self.secrets)  # one a client put in a path or a request id
+
+    def _formatted(self, entries: list[_Entry]) -> str:
+        if self.json_lines:
+            return _json_lines(entries)
+        text = _text_lines(entries)
+        return _one_field_clients(text, entries) if self.forwarded else text
 
     def _write(self, text: str) -> None:
         if self.stream is None or not text:
@@ -288,34 +296,23 @@ class AccessLog:
         logger.error("access log stopped: cannot write it: %s", error)
         self.stream = None
 
-    @staticmethod
-    def _text_lines(entries: list[_Entry]) -> str:
-        """The entries' lines in text, a client's address one field: X-Forwarded-For's (which
-        uvicorn takes from a proxy on the loopback) is escaped when it holds a space, a tab or
-        a quote. Five spaces and two quotes a line, counted in C, tell that none does (a path
-        with a space or a quote in it has the chunk's addresses looked at one by one)."""
-        text = _text_lines(entries)
-        lines = len(entries)
-        if text.count(" ") != 5 * lines or text.count('"') != 2 * lines or "\t" in text:
-            text = _text_lines([_client_escaped(entry) for entry in entries])
-        return text
 
-    @staticmethod
-    def _json_lines(entries: list[_Entry]) -> str:
-        offset = wall_minus_perf_counter_ns()
-        lines = [
-            AccessLine(
-                rfc3339(started + offset),
-                client[0] if client else None,
-                None if method == "-" else method,  # no method is "-", and no path
-                None if path == "-" else path,
-                status,
-                elapsed // 1000,
-                request_id[1].decode("latin-1"),
-            )
-            for client, method, path, status, elapsed, request_id, started in entries
-        ]
-        return encoder.encode_lines(lines).decode()
+def _json_lines(entries: list[_Entry]) -> str:
+    """The entries' lines in JSON (AccessLine)."""
+    offset = wall_minus_perf_counter_ns()
+    lines = [
+        AccessLine(
+            rfc3339(started + offset),
+            client[0] if client else None,
+            None if method == "-" else method,  # no method is "-", and no path
+            None if path == "-" else path,
+            status,
+            elapsed // 1000,
+            request_id[1].decode("latin-1"),
+        )
+        for client, method, path, status, elapsed, request_id, started in entries
+    ]
+    return encoder.encode_lines(lines).decode()
 
 
 def _text_lines(entries: list[_Entry]) -> str:
@@ -335,6 +332,17 @@ def _text_lines(entries: list[_Entry]) -> str:
             for client, method, path, status, elapsed, request_id, _ in entries
         ]
     )
+
+
+def _one_field_clients(text: str, entries: list[_Entry]) -> str:
+    """The entries' text lines (`text`) with each client's address one field: one from
+    X-Forwarded-For, which a client writes, is escaped when it holds a space, a tab or a quote.
+    Five spaces and two quotes a line, counted in C (550 instructions a line), tell that none
+    does; a path with a space or a quote has the chunk's addresses looked at one by one."""
+    lines = len(entries)
+    if text.count(" ") == 5 * lines and text.count('"') == 2 * lines and "\t" not in text:
+        return text
+    return _text_lines([_client_escaped(entry) for entry in entries])
 
 
 def _client_escaped(entry: _Entry) -> _Entry:

@@ -319,6 +319,7 @@ def create_app(
         json_lines=json_lines,
         secrets=settings.secrets,
         prefer=plane is not None,
+        forwarded=settings.forwarded,
     )
     if settings.root_path:
         app = RootPath(app, settings.root_path)
@@ -387,6 +388,7 @@ def __getattr__(name: str) -> Any:
     settings = None
     try:
         settings, key_line = with_key(load_settings([], os.environ))
+        settings = dataclasses.replace(settings, forwarded=True)  # uvicorn's: from the loopback
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         start_logging(settings, os.environ, uvicorn_too=settings.log_format == "json")
         check_workers(settings, generated_key=bool(key_line))

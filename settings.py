@@ -47,6 +47,9 @@ class Settings:
     )  # a libpq URL: it may hold a password
     # The environment's PGPASSWORD, which the driver reads when the URL has no password.
     pgpassword: str | None = dataclasses.field(default=None, repr=False)
+    # A client's address (and scheme) taken from X-Forwarded-For (-Proto), sent by the proxies
+    # FORWARDED_ALLOW_IPS names: uvicorn's variable, which it reads itself; set, not PETSTORE_'s.
+    forwarded: bool = False
 
     @property
     def database_password(self) -> str | None:
@@ -310,6 +313,7 @@ def load_settings(
         )
     if "database" in values and environ.get("PGPASSWORD"):
         values["pgpassword"] = environ["PGPASSWORD"]
+    values["forwarded"] = "FORWARDED_ALLOW_IPS" in environ
     return Settings(**values)
 
 

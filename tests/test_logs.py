@@ -23,6 +23,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
+import accesslog
 from accesslog import AccessLog
 from app import Petstore, create_app
 from logs import JsonFormatter, Outlet, Redact
@@ -538,11 +539,23 @@ async def test_a_key_percent_encoded_in_a_request_id_is_redacted(log_format: str
     assert [entry["requestId"] for entry in journal.json()["requests"]] == ["[redacted]"] * 2
 
 
+def test_x_forwarded_for_is_taken_only_from_the_proxies_named(start_server: ServerFactory) -> None:
+    """A client's address comes from X-Forwarded-For only from FORWARDED_ALLOW_IPS's proxies."""
+    # uvicorn's default took it from the loopback, at the cost of a look through every request's
+    # headers from there.
+    for env, client in (({}, "127.0.0.1"), ({"FORWARDED_ALLOW_IPS": "127.0.0.1"}, "203.0.113.7")):
+        server = start_server(env=env)
+        with server.client() as http:
+            assert http.get("/nope", headers={"X-Forwarded-For": "203.0.113.7"}).status_code == 404
+        output = server.wait_for_output('"GET /nope" 404 ')
+        assert f'\n{client} "GET /nope" 404 ' in output
+
+
 def test_a_client_s_address_is_one_field_of_the_text_line(start_server: ServerFactory) -> None:
     """An X-Forwarded-For address with a space, a tab or a quote is escaped: one field a line."""
-    # uvicorn takes the address from X-Forwarded-For, sent from the loopback (a proxy's): written as
-    # it was, it could put a method, a path, a status and an id of its own in front of the line's.
-    server = start_server()
+    # Taken from a proxy (FORWARDED_ALLOW_IPS) as written, it could put a method, a path, a status
+    # and an id of its own in front of the line's.
+    server = start_server(env={"FORWARDED_ALLOW_IPS": "127.0.0.1"})
     forged = ['6.6.6.6 "GET /v1/pets" 200 1us forged', '1.2.3.4\t"x']
     with server.client() as http:
         for address in forged:
@@ -685,7 +698,7 @@ def test_an_ascii_chunk_s_paths_are_checked_byte_by_byte(char: str) -> None:
     # escaped.
     entry = (("127.0.0.1", 1), "GET", "/v1/pets", 200, 1_000, (b"x-request-id", b"i"), 0)
     odd = (("127.0.0.1", 1), "GET", f"/v1/pets/{char}", None, 2_000, (b"x-request-id", b"j"), 0)
-    text = AccessLog._text_lines([entry, odd, entry])
+    text = accesslog._text_lines([entry, odd, entry])
     escaped = repr(char)[1:-1] if char not in '"\\' else "\\" + char
     assert text.splitlines() == [
         '127.0.0.1 "GET /v1/pets" 200 1us i',
