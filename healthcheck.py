@@ -48,6 +48,13 @@ def main(argv: Sequence[str]) -> int:
     except SettingsError as error:
         print(f"petstore healthcheck: {error}", file=sys.stderr)
         return 1
+    if settings.port == 0:  # the system's pick, which only the ready line tells
+        print(
+            "petstore healthcheck: port 0 names no port to ask: give the service a fixed one"
+            " (PETSTORE_PORT) for the check",
+            file=sys.stderr,
+        )
+        return 1
     return healthcheck(settings, "/readyz" if ready else "/healthz")
 
 

@@ -83,9 +83,10 @@ def test_lock_installed_with_hashes_and_only_the_venv_copied() -> None:
 
 
 def test_image_and_context_carry_every_module_and_nothing_else() -> None:
-    """Every top-level module (and the lock) is copied; the ignore files let in only those."""
+    """Every top-level module (the lock, the licence) is copied; the ignore files let in those."""
+    # The licence: MIT asks for its notice in every copy, and the image is one (it was left out).
     modules = {path.name for path in ROOT.glob("*.py")}
-    assert local_copies() == modules | {"requirements.lock"}
+    assert local_copies() == modules | {"requirements.lock", "LICENSE"}
     ignore = (ROOT / ".containerignore").read_text(encoding="utf-8")
     assert (ROOT / ".dockerignore").read_text(encoding="utf-8") == ignore
     patterns = [line for line in ignore.splitlines() if line and not line.startswith("#")]

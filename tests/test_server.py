@@ -1111,6 +1111,17 @@ def test_healthcheck_fails_where_nothing_listens(start_server: ServerFactory) ->
     assert result.stderr.startswith(f"petstore healthcheck: http://127.0.0.1:{server.port}/healthz")
 
 
+def test_healthcheck_of_port_0_says_it_needs_a_fixed_port() -> None:
+    """With port 0 (PETSTORE_PORT=0 in the image) the check fails saying a fixed port is needed."""
+    # It asked 127.0.0.1:0, "Connection refused", and a container never became healthy.
+    result = healthcheck(0)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "petstore healthcheck: port 0 names no port to ask: give the service a fixed one"
+        " (PETSTORE_PORT) for the check\n"
+    )
+
+
 def test_healthcheck_fails_on_a_service_that_does_not_answer() -> None:
     """A service not ready to answer (it accepts, then says nothing): exit 1 within about 2 s."""
     with socket.socket() as listener:
