@@ -219,15 +219,21 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 
 
 async def read_body_start(scope: Scope, receive: Receive, most: int) -> None:
-    """Read the body into scope[BODY], as read_body does (for the journal: an injected status's
-    create), until it ends or passes `most` bytes; the rest is left unread."""
+    """Read the body into scope[BODY], as read_body does, until it ends or passes `most` bytes,
+    the rest left unread: for the journal, the body of a create that is refused (an injected
+    status, a 409, a 415) and answered once it is read. Not when its client waits for a `100
+    Continue` (reading would ask it for what is refused: the answer goes at once); ClientGone
+    when the client leaves meanwhile."""
+    expect = header(scope, b"expect")
+    if expect is not None and expect.lower() == "100-continue":
+        return
     chunks: list[bytes] = []
     scope[BODY] = chunks
     size = 0
     while size <= most:
         message = await receive()
-        if message["type"] != "http.request":  # the client left
-            return
+        if message["type"] != "http.request":
+            raise ClientGone
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
         if not message.get("more_body", False):

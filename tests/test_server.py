@@ -380,6 +380,41 @@ def test_a_body_cut_off_or_left_mid_way_is_noted_as_unanswered(start_server: Ser
     wait_until(lambda: server.stdout.count('"POST /v1/pets" - ') == 2, "two lines of no answer")
 
 
+def test_a_refused_create_waiting_for_100_continue_is_answered_at_once(
+    start_server: ServerFactory,
+) -> None:
+    """A refused create waiting for its `100 Continue` is answered at once, journaled bodiless."""
+    # With the plane on, a create refused before its body is read gets no `100 Continue`. Its
+    # body was read for the journal: the server sent `100 Continue`, asking the client for what
+    # was refused, and a client that waited for the answer got none.
+    server = start_server("--admin-key", ADMIN_KEY)
+    expecting = POST_HEAD.replace(b"Content-Length:", b"Expect: 100-continue\r\nContent-Length:")
+    for head, status in (
+        (expecting.replace(b"application/json", b"text/plain"), b"415"),
+        (expecting.replace(b"Expect:", b"Prefer: code=503\r\nExpect:"), b"503"),
+    ):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(head)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 %b " % status)
+    with server.client() as http:
+        journal = http.get("/_admin/requests", headers=ADMIN).json()["requests"]
+    assert [(entry["status"], "body" in entry) for entry in journal] == [(415, False), (503, False)]
+
+
+def test_a_refused_create_whose_client_leaves_mid_body_is_noted_as_unanswered(
+    start_server: ServerFactory,
+) -> None:
+    """A refused create whose client leaves as its body is read for the journal: no answer."""
+    # With the plane on, read for the journal and gone, it was noted as the 415 no client read.
+    server = start_server("--admin-key", ADMIN_KEY)
+    head = POST_HEAD.replace(b"application/json", b"text/plain")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head + b"0123456789")
+        sock.shutdown(socket.SHUT_WR)
+        assert read_until_closed(sock) == b""
+    server.wait_for_output('"POST /v1/pets" - ')
+
+
 def trickle(sock: socket.socket, data: bytes, piece: int, every: float) -> int:
     """Send `data` `piece` bytes at a time, one piece each `every` seconds, until the server
     closes the connection or all is sent: how many pieces went."""
@@ -687,9 +722,10 @@ def test_uvicorn_app_has_the_app_s_protocol_and_its_settings(
 def test_uvicorn_app_s_workers_have_its_protocol_and_h11_is_kept(
     launch: Launcher, tmp_path: Path, flags: list[str], ours: bool
 ) -> None:
-    """Each of `uvicorn app:app --workers 2` answers bytes that are no request with an Error
-    body, as `python app.py`; `--http h11`, asked for, is uvicorn's own protocol."""
-    # A worker imports the app after uvicorn made its protocol's class, `uvicorn app:app` before.
+    """A worker of `uvicorn app:app --workers 2` has the app's protocol; `--http h11` is kept."""
+    # Bytes that are no request get an Error body, as under `python app.py`, from the worker the
+    # connection reaches: a worker imports the app after uvicorn made its protocol's class,
+    # `uvicorn app:app` before. `--http h11`, asked for, is uvicorn's own protocol.
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), *flags]
     env = {"PETSTORE_API_KEYS": KEY, "PETSTORE_DATA": str(tmp_path / "pets.jsonl")}
