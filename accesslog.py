@@ -7,20 +7,26 @@ import itertools
 import logging
 import re
 import time
-import urllib.parse
 from collections.abc import Iterator, Sequence
 from secrets import token_hex
 from typing import Final, TextIO
 
-import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from accesslines import (
+    Entry,
+    as_json,
+    as_text,
+    encoded_secrets_out,
+    escaped,
+    json_escaped,
+    one_field_clients,
+)
 from journal import Journal
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
-from redaction import REDACTED, longest_first, redact
+from redaction import longest_first, redact
 from routing import PREFER, REQUEST_ID_HEADER, STATUS, cut_off, internal_error
-from schemas import encoder, rfc3339, wall_minus_perf_counter_ns
 
 logger = logging.getLogger("petstore")
 
@@ -41,31 +47,12 @@ _ID_HEADER_NAME: Final = b"x-request-id"
 _PREFER: Final = b"prefer"
 
 
-class AccessLine(msgspec.Struct):
-    """An access-log line under --log-format json (the fields in this order)."""
-
-    time: str  # when the request arrived, RFC 3339 UTC
-    client: str | None
-    method: str | None  # None, as the path: a 400 of the server's own, to bytes it couldn't parse
-    path: str | None
-    status: int | None  # None: no answer (a fault's `drop`, a client gone mid-body)
-    durationUs: int  # camelCase: the contract's names
-    requestId: str
-
-
-# A status as a text line writes it (None: dropped, no answer), for HTTP's every three digits:
-# looked up rather than formatted (a line cost 5.4k instructions, 4.5k with this and the
-# paths' check by bytes.translate; bench/HISTORY.md).
-_STATUS_TEXT: Final = {None: "-"} | {status: str(status) for status in range(100, 1000)}
 # Lines formatted between two turns of the event loop: about 0.2 ms of work.
 _LINES_A_CHUNK: Final = 256
 # How often the lines are written (the lifespan's drain_every): a request's fields wait at
 # most this long for theirs. Every 0.5 s, thousands of requests' fields stayed alive at once,
 # which cost throughput (bench/HISTORY.md, 2026-11-24).
 LOG_EVERY: Final = 0.05
-# A request as the access log notes it: client, method, path, status (None: dropped, no
-# answer), duration (ns), request id, and when it arrived (time.perf_counter_ns).
-_Entry = tuple[tuple[str, int] | None, str, str, int | None, int, tuple[bytes, bytes], int]
 
 
 class AccessLog:
@@ -114,10 +101,10 @@ class AccessLog:
         self.forwarded = forwarded  # a client's address may come from X-Forwarded-For
         # Each secret as the lines write it: a path is escaped in the text (a password may
         # hold a quote), and JSON escapes its own; redacted in the chunk.
-        escape = _json_escaped if json_lines else _escaped
+        escape = json_escaped if json_lines else escaped
         self.secrets = longest_first(form for s in secrets if s for form in (s, escape(s)))
         self.plain_secrets = longest_first(secrets)
-        self.entries: list[_Entry] = []
+        self.entries: list[Entry] = []
         self.id_prefix = token_hex(4).encode() + b"-"
         self.id_blocks = itertools.count(1)  # of 256 ids: the counter's digits but the last two
         self.made_ids: Iterator[tuple[bytes, bytes]] = iter(())
@@ -248,20 +235,20 @@ class AccessLog:
             self._write("".join(lines))
             self._flush_stream()
 
-    def _lines(self, entries: list[_Entry]) -> str:
+    def _lines(self, entries: list[Entry]) -> str:
         text = self._formatted(entries)
         # A "%" (rare): a request id or a client's address may hide a secret in its encoding,
         # which nobody decodes (the server decodes a path); such a field is written REDACTED.
         if "%" in text and self.plain_secrets:
-            entries = [_encoded_secrets_out(entry, self.plain_secrets) for entry in entries]
+            entries = [encoded_secrets_out(entry, self.plain_secrets) for entry in entries]
             text = self._formatted(entries)
         return redact(text, self.secrets)  # one a client put in a path or a request id
 
-    def _formatted(self, entries: list[_Entry]) -> str:
+    def _formatted(self, entries: list[Entry]) -> str:
         if self.json_lines:
-            return _json_lines(entries)
-        text = _text_lines(entries)
-        return _one_field_clients(text, entries) if self.forwarded else text
+            return as_json(entries)
+        text = as_text(entries)
+        return one_field_clients(text, entries) if self.forwarded else text
 
     def _write(self, text: str) -> None:
         if self.stream is None or not text:
@@ -295,106 +282,3 @@ class AccessLog:
         """stdout is closed, or its reader gone: keep serving, and stop noting lines."""
         logger.error("access log stopped: cannot write it: %s", error)
         self.stream = None
-
-
-def _json_lines(entries: list[_Entry]) -> str:
-    """The entries' lines in JSON (AccessLine)."""
-    offset = wall_minus_perf_counter_ns()
-    lines = [
-        AccessLine(
-            rfc3339(started + offset),
-            client[0] if client else None,
-            None if method == "-" else method,  # no method is "-", and no path
-            None if path == "-" else path,
-            status,
-            elapsed // 1000,
-            request_id[1].decode("latin-1"),
-        )
-        for client, method, path, status, elapsed, request_id, started in entries
-    ]
-    return encoder.encode_lines(lines).decode()
-
-
-def _text_lines(entries: list[_Entry]) -> str:
-    """The entries' lines in text. A path is decoded (%0A is a line break): one that is not
-    all printable, or holds a quote or a backslash, is escaped, so that a client can't write
-    a line of its own, fields of its own within its quotes, or a terminal's escape sequence.
-    The chunk's paths are checked at once (joined: the checks run in C), each path only when
-    one of them needs it; in ASCII, as paths are, byte by byte (isprintable looks each
-    character up)."""
-    paths = "".join([entry[2] for entry in entries])
-    check = not paths.isascii() or bool(paths.encode().translate(None, _PLAIN_ASCII))
-    return "".join(
-        [
-            f"{client[0] if client else '-'} "
-            f'"{method} {_escaped(path) if check and not _plain(path) else path}" '
-            f"{_STATUS_TEXT[status]} {elapsed // 1000}us {request_id[1].decode('latin-1')}\n"
-            for client, method, path, status, elapsed, request_id, _ in entries
-        ]
-    )
-
-
-def _one_field_clients(text: str, entries: list[_Entry]) -> str:
-    """The entries' text lines (`text`) with each client's address one field: one from
-    X-Forwarded-For, which a client writes, is escaped when it holds a space, a tab or a quote.
-    Five spaces and two quotes a line, counted in C (550 instructions a line), tell that none
-    does; a path with a space or a quote has the chunk's addresses looked at one by one."""
-    lines = len(entries)
-    if text.count(" ") == 5 * lines and text.count('"') == 2 * lines and "\t" not in text:
-        return text
-    return _text_lines([_client_escaped(entry) for entry in entries])
-
-
-def _client_escaped(entry: _Entry) -> _Entry:
-    """The entry with its client's address escaped as a path is, and its spaces as `\\x20`,
-    unless it goes into a text line as it is, one field."""
-    client = entry[0]
-    if client is None or (_plain(client[0]) and " " not in client[0]):
-        return entry
-    return ((_escaped(client[0]).replace(" ", "\\x20"), client[1]), *entry[1:])
-
-
-def _encoded_secrets_out(entry: _Entry, secrets: Sequence[str]) -> _Entry:
-    """The entry with its request id, and its client's address (X-Forwarded-For's, which
-    uvicorn takes from a proxy on the loopback), written REDACTED where one hides a secret in
-    its percent-encoding."""
-    client, method, path, status, elapsed, request_id, started = entry
-    if _hides_secret(request_id[1].decode("latin-1"), secrets):
-        request_id = (request_id[0], REDACTED.encode())
-    if client and _hides_secret(client[0], secrets):
-        client = (REDACTED, client[1])
-    return client, method, path, status, elapsed, request_id, started
-
-
-def _hides_secret(text: str, secrets: Sequence[str]) -> bool:
-    decoded = urllib.parse.unquote(text)
-    return "%" in text and redact(decoded, secrets) != decoded
-
-
-# The bytes an ASCII path holds that go into a text line as they are (_plain).
-_PLAIN_ASCII: Final = bytes(set(range(0x20, 0x7F)) - set(b'"\\'))
-
-
-def _plain(path: str) -> bool:
-    """Whether a path goes into a text line as it is."""
-    return path.isprintable() and '"' not in path and "\\" not in path
-
-
-def _json_escaped(text: str) -> str:
-    """`text` as it is inside a JSON string msgspec writes."""
-    return encoder.encode(text).decode()[1:-1]
-
-
-def _escaped(text: str) -> str:
-    """`text` with each character Python would not print as is written as its escape (`\\n`,
-    `\\x1b`, `\\u202e`), and a quote and a backslash escaped with a backslash; the rest as it
-    is (`é` stays `é` beside a line break)."""
-    return "".join(
-        char if char.isprintable() and char not in '"\\' else _escape(char) for char in text
-    )
-
-
-def _escape(char: str) -> str:
-    if char in '"\\':
-        return "\\" + char
-    return char.encode("unicode_escape").decode("ascii")

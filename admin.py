@@ -127,8 +127,8 @@ class ControlPlane:
         check_rule(rule)  # before the protocol's check: a rule that is wrong is told so first
         if rule.drop is True and CLOSE_EXTENSION not in (scope.get("extensions") or {}):
             raise invalid(
-                "`drop` needs the service's own HTTP protocol: run `python app.py`, or uvicorn "
-                "with its --http left as it is or `--http app:StallGuard`"
+                "`drop` needs the service's own HTTP protocol: run `python app.py`, or "
+                "`uvicorn app:app` with its --http left as it is or `--http app:StallGuard`"
             )
         added = self.faults.add(rule)
         location = f"{scope.get('root_path', '')}{ADMIN_PREFIX}/faults/{added.id}"

@@ -90,7 +90,14 @@ from schemas import (
     ErrorCode,
     encoder,
 )
-from server import adopt_protocol, bound_socket, check_workers, serve, warn_of_unread
+from server import (
+    adopt_protocol,
+    bound_socket,
+    check_workers,
+    serve,
+    uvicorn_config,
+    warn_of_unread,
+)
 from settings import Settings, SettingsError, load_settings, with_key
 from store import PetStore
 
@@ -227,9 +234,8 @@ def create_app(
 ) -> Petstore:
     """Routes, then (outermost last) auth, CORS, the access log (request ids, the last-resort
     500, the journal, the metrics' counts), root path. With metrics on: GET /metrics. With an
-    admin key only: the test-control plane's routes, its
-    journal, admin keys beside the API keys, and faults at the three operations' endpoints;
-    `chance` is the fault rules' random draw."""
+    admin key only: the test-control plane's routes, its journal, admin keys beside the API
+    keys, and faults at the three operations' endpoints; `chance`: the rules' random draw."""
     if not settings.api_keys:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
@@ -348,7 +354,7 @@ def _start_and_serve(argv: Sequence[str]) -> int:
             )
         settings, key_line = with_key(load_settings(argv, os.environ))
     except SettingsError as error:  # in the log format asked for, if that one was readable
-        refuse_start(str(error), None, argv)
+        refuse_start(str(error), None, argv, os.environ)
         return 2
     start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
     try:
@@ -385,10 +391,11 @@ def __getattr__(name: str) -> Any:
     app:StallGuard` (which uvicorn imports first)."""
     if name not in ("app", "StallGuard"):
         raise AttributeError(name)
-    settings = None
+    settings, config = None, uvicorn_config()
     try:
         settings, key_line = with_key(load_settings([], os.environ))
-        settings = dataclasses.replace(settings, forwarded=True)  # uvicorn's: from the loopback
+        # uvicorn's proxy headers (on but with --no-proxy-headers) take X-Forwarded-For's.
+        settings = dataclasses.replace(settings, forwarded=config is None or config.proxy_headers)
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         start_logging(settings, os.environ, uvicorn_too=settings.log_format == "json")
         check_workers(settings, generated_key=bool(key_line))
@@ -397,12 +404,13 @@ def __getattr__(name: str) -> Any:
         if key_line:  # uvicorn listens only once we are built: said before that, once
             app.access_log.announce(key_line)
     except SettingsError as error:
-        refuse_start(str(error), settings)  # None: they failed, read for the log format
+        refuse_start(str(error), settings, environ=os.environ)  # None: read for its format
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None
     protocol = http_protocol(settings, app.access_log.note_refusal)
-    adopt_protocol(protocol)
+    if config is not None:
+        adopt_protocol(config, protocol)
     globals().update(app=app, StallGuard=protocol)
     return globals()[name]
 

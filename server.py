@@ -190,23 +190,27 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     server.run(sockets=[sock])
 
 
-def adopt_protocol(protocol: type[asyncio.Protocol]) -> None:
-    """Under `uvicorn app:app`, make `protocol` (StallGuard for the settings) the HTTP protocol
-    of the uvicorn Config importing the app, if its --http was left to uvicorn (auto or
-    httptools): the server's own 400s Error bodies with an id, the client timeout, `drop`, as
-    under `python app.py`. No ASGI message reaches the protocol: the Config is found up the
-    stack (the `self` of the method importing the app). --http h11, or a protocol named, is
-    kept."""
+def uvicorn_config() -> uvicorn.Config | None:
+    """Under `uvicorn app:app`, the uvicorn Config importing the app: no ASGI message says how
+    uvicorn serves it, so it is found up the stack (the `self` of the method importing it).
+    None elsewhere (`uvicorn.run` of an app imported first, another server)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        config = frame.f_locals.get("self")
-        if isinstance(config, uvicorn.Config):
-            if config.http in ("auto", "httptools"):
-                # Both: uvicorn's run() imports the app before Config.load() reads --http, and
-                # a worker (--workers, --reload) after it made the protocol's class.
-                config.http = config.http_protocol_class = protocol
-            return
+        if isinstance(config := frame.f_locals.get("self"), uvicorn.Config):
+            return config
         frame = frame.f_back
+    return None
+
+
+def adopt_protocol(config: uvicorn.Config, protocol: type[asyncio.Protocol]) -> None:
+    """Make `protocol` (StallGuard for the settings) the HTTP protocol of the uvicorn Config
+    importing the app, if its --http was left to uvicorn (auto or httptools): the server's own
+    400s Error bodies with an id, the client timeout, `drop`, as under `python app.py`.
+    --http h11, or a protocol named, is kept."""
+    if config.http in ("auto", "httptools"):
+        # Both: uvicorn's run() imports the app before Config.load() reads --http, and a
+        # worker (--workers, --reload) after it made the protocol's class.
+        config.http = config.http_protocol_class = protocol
 
 
 def warn_of_unread(environ: Mapping[str, str]) -> None:

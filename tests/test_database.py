@@ -331,6 +331,7 @@ async def test_concurrent_creates_with_one_key_on_two_replicas_make_one_pet(url:
 
 
 def test_data_and_database_together_are_refused_in_one_line() -> None:
+    """A data file and a database together stop the start in one line."""
     with pytest.raises(SettingsError) as refused:
         load_settings(["--data", "pets.jsonl", "--database", "postgresql://u:secret@h/db"], {})
     assert str(refused.value) == (
@@ -350,6 +351,7 @@ def test_data_and_database_together_are_refused_in_one_line() -> None:
     ],
 )
 def test_a_bad_database_url_is_refused_without_showing_it(bad: str) -> None:
+    """A database URL that is not one is refused, and not shown (it may hold a password)."""
     with pytest.raises(SettingsError) as refused:
         load_settings([], {"PETSTORE_DATABASE_URL": bad})
     assert str(refused.value) == (
@@ -605,6 +607,7 @@ def test_the_start_waits_for_the_database(start_server: ServerFactory) -> None:
 def test_a_wrong_password_is_an_outage_that_never_shows_it(
     postgres: Cluster, start_server: ServerFactory
 ) -> None:
+    """A wrong database password is an outage, and no line shows it."""
     wrong = postgres.url("postgres").replace(postgres.password, "not-the-password-4711")
     server = start_server("--database", wrong, wait=False)
     with server.client() as http:

@@ -92,6 +92,7 @@ def send_head(cycle_class: type[Any], case: str) -> tuple[object, ...]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_quick_head_writes_what_uvicorn_writes(case: str) -> None:
+    """QuickHead writes a response's head byte for byte as uvicorn does, from kept lines too."""
     expected = send_head(UVICORNS, case)
     assert send_head(QuickHead, case) == expected
     assert send_head(QuickHead, case) == expected  # again, from the lines kept

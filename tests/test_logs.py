@@ -23,7 +23,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-import accesslog
+from accesslines import as_text, one_field_clients
 from accesslog import AccessLog
 from app import Petstore, create_app
 from logs import JsonFormatter, Outlet, Redact
@@ -551,22 +551,50 @@ def test_x_forwarded_for_is_taken_only_from_the_proxies_named(start_server: Serv
         assert f'\n{client} "GET /nope" 404 ' in output
 
 
-def test_a_client_s_address_is_one_field_of_the_text_line(start_server: ServerFactory) -> None:
-    """An X-Forwarded-For address with a space, a tab or a quote is escaped: one field a line."""
-    # Taken from a proxy (FORWARDED_ALLOW_IPS) as written, it could put a method, a path, a status
-    # and an id of its own in front of the line's.
-    server = start_server(env={"FORWARDED_ALLOW_IPS": "127.0.0.1"})
-    forged = ['6.6.6.6 "GET /v1/pets" 200 1us forged', '1.2.3.4\t"x']
+@pytest.mark.parametrize("address", ["1.2.3.4 x", '1.2.3.4"x', "1.2.3.4\tx", "1.2.3.4\x85x"])
+def test_an_address_alone_in_its_chunk_is_made_one_field(address: str) -> None:
+    """A client's address that is not one printable field is escaped, alone in its chunk too."""
+    # Past ASCII (`\x85`, a line break to str.splitlines) it went out raw unless another line of
+    # its chunk had the chunk looked at.
+    entry = ((address, 1), "GET", "/nope", 404, 1_000, (b"x-request-id", b"i"), 0)
+    line = one_field_clients(as_text([entry]), [entry])
+    assert line.split(" ", 1)[1] == '"GET /nope" 404 1us i\n'
+    assert line.split(" ", 1)[0].isprintable()
+
+
+@pytest.mark.parametrize("under", ["python", "uvicorn"])
+def test_a_client_s_address_is_one_field_of_the_text_line(launch: Launcher, under: str) -> None:
+    """An X-Forwarded-For address is one field of a text line, and hides no key encoded."""
+    # Escaped when it has a space, a tab, a quote or a character past ASCII; `[redacted]` when it
+    # percent-encodes a key. Taken from a proxy (FORWARDED_ALLOW_IPS; under `uvicorn app:app`,
+    # its default, the loopback) as written, it put a method, a path, a status and an id of its
+    # own in front of the line's.
+    port = free_port()
+    start = [sys.executable, "app.py"] if under == "python" else [sys.executable, "-m", "uvicorn"]
+    argv = [*start, *(["app:app"] if under == "uvicorn" else []), "--port", str(port)]
+    env = {"PETSTORE_API_KEYS": KEY, "FORWARDED_ALLOW_IPS": "127.0.0.1"}
+    server = launch(argv, env, port)
+    server.wait_ready()
+    forged = [
+        '6.6.6.6 "GET /v1/pets" 200 1us forged',
+        '1.2.3.4\t"x',
+        "1.2.3.4\x85x",
+        KEY.replace("-", "%2D"),
+    ]
     with server.client() as http:
         for address in forged:
-            assert http.get("/nope", headers={"X-Forwarded-For": address}).status_code == 404
-    wait_until(lambda: server.stdout.count('"GET /nope" 404 ') == 2, "the two lines")
+            headers = {b"X-Forwarded-For": address.encode("latin-1")}
+            assert http.get("/nope", headers=headers).status_code == 404
+    wait_until(lambda: server.stdout.count('"GET /nope" 404 ') == 4, "the four lines")
     lines = [line for line in server.stdout.splitlines() if '"GET /nope"' in line]
     assert [line.split(" ", 1)[0] for line in lines] == [
         '6.6.6.6\\x20\\"GET\\x20/v1/pets\\"\\x20200\\x201us\\x20forged',
         '1.2.3.4\\t\\"x',
+        "1.2.3.4\\x85x",
+        "[redacted]",
     ]
     assert all(len(line.split()) == 6 for line in lines)
+    assert server.stop() in (0, -15)
 
 
 @pytest.mark.anyio
@@ -698,7 +726,7 @@ def test_an_ascii_chunk_s_paths_are_checked_byte_by_byte(char: str) -> None:
     # escaped.
     entry = (("127.0.0.1", 1), "GET", "/v1/pets", 200, 1_000, (b"x-request-id", b"i"), 0)
     odd = (("127.0.0.1", 1), "GET", f"/v1/pets/{char}", None, 2_000, (b"x-request-id", b"j"), 0)
-    text = accesslog._text_lines([entry, odd, entry])
+    text = as_text([entry, odd, entry])
     escaped = repr(char)[1:-1] if char not in '"\\' else "\\" + char
     assert text.splitlines() == [
         '127.0.0.1 "GET /v1/pets" 200 1us i',
