@@ -1,5 +1,4 @@
-"""The access log's lines: text or JSON, a client's fields kept to their own, and secrets
-hidden in an encoding written REDACTED (accesslog.AccessLog formats its entries with these)."""
+"""The access log's lines, text or JSON: a client's fields kept to one each, secrets out."""
 
 from __future__ import annotations
 
@@ -72,18 +71,19 @@ def as_text(entries: list[Entry]) -> str:
 
 
 def one_field_clients(text: str, entries: list[Entry]) -> str:
-    """The entries' text lines (`text`) with each client's address one field: one from
+    r"""The entries' text lines (`text`) with each client's address one field: one from
     X-Forwarded-For, which a client writes, is escaped as a path is when it holds a space, a
-    tab, a quote, or a character that is not printable (`\x85` is a line break to some).
-    ASCII, five spaces and two quotes a line, counted in C (550 instructions a line), tell
-    that none does; a path with a space, a quote or a letter past ASCII has the chunk's
-    addresses looked at one by one."""
+    tab, a quote, a backslash (which would pass for an escape) or a character that is not
+    printable (`` is a line break to some). ASCII, five spaces and two quotes a line, no
+    tab and no backslash, looked for in C (550 instructions a line), tell that none does; a
+    path or a request id with one of them has the chunk's addresses looked at one by one."""
     lines = len(entries)
     if (
         text.isascii()
         and text.count(" ") == 5 * lines
         and text.count('"') == 2 * lines
         and "\t" not in text
+        and "\\" not in text
     ):
         return text
     return as_text([_client_escaped(entry) for entry in entries])

@@ -1,4 +1,4 @@
-"""The access log and request ids: AccessLog, the outermost layer but RootPath, and its lines."""
+"""The access log and request ids: AccessLog, outermost but RootPath (its lines: accesslines.py)."""
 
 from __future__ import annotations
 

@@ -354,14 +354,14 @@ def _start_and_serve(argv: Sequence[str]) -> int:
             )
         settings, key_line = with_key(load_settings(argv, os.environ))
     except SettingsError as error:  # in the log format asked for, if that one was readable
-        refuse_start(str(error), None, argv, os.environ)
+        refuse_start(str(error), None, os.environ, argv)
         return 2
     start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
     try:
         sock = bound_socket(settings)  # before the store loads: an address in use says so first
         app = build(settings)
     except SettingsError as error:  # the data file, the seed, the address
-        refuse_start(str(error), settings)
+        refuse_start(str(error), settings, os.environ)
         return 2
 
     def announce(ready_line: str) -> None:  # a generated key only once the start succeeded
@@ -394,7 +394,8 @@ def __getattr__(name: str) -> Any:
     settings, config = None, uvicorn_config()
     try:
         settings, key_line = with_key(load_settings([], os.environ))
-        # uvicorn's proxy headers (on but with --no-proxy-headers) take X-Forwarded-For's.
+        # uvicorn's proxy headers, on unless --no-proxy-headers, take X-Forwarded-For's address
+        # (with no Config found, another server's may: assumed to).
         settings = dataclasses.replace(settings, forwarded=config is None or config.proxy_headers)
         # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
         start_logging(settings, os.environ, uvicorn_too=settings.log_format == "json")
@@ -404,7 +405,7 @@ def __getattr__(name: str) -> Any:
         if key_line:  # uvicorn listens only once we are built: said before that, once
             app.access_log.announce(key_line)
     except SettingsError as error:
-        refuse_start(str(error), settings, environ=os.environ)  # None: read for its format
+        refuse_start(str(error), settings, os.environ)  # None: read for its format
         # uvicorn's own code for a start that failed: its --workers supervisor then stops
         # instead of starting the worker again and again.
         raise SystemExit(STARTUP_FAILURE) from None

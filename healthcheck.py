@@ -51,7 +51,7 @@ def main(argv: Sequence[str]) -> int:
     if settings.port == 0:  # the system's pick, which only the ready line tells
         print(
             "petstore healthcheck: port 0 names no port to ask: give the service a fixed one"
-            " (PETSTORE_PORT) for the check",
+            " (PETSTORE_PORT, --port) for the check",
             file=sys.stderr,
         )
         return 1

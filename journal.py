@@ -40,8 +40,9 @@ class Recorded(NamedTuple):
     path: str  # without the root path
     status: int | None  # None: no answer (the connection was dropped)
     # createPet's (the one body read under /v1), cut to Journal.body_kept bytes (more than
-    # JOURNAL_BODY_LIMIT: truncated); an injected status's create reads that much of it first
-    # (Faults.journaled); None when none was read (a read, a 401, a drop).
+    # JOURNAL_BODY_LIMIT: truncated); a create refused before reading it (an injected status,
+    # a 409, a 415) reads that much of it first (parsing.read_body_start); None when none was
+    # read (a read, a 401, a drop, a client waiting for its `100 Continue`).
     body: bytes | None
     method: str
     query: bytes

@@ -281,15 +281,15 @@ def start_logging(
 def refuse_start(
     reason: str,
     settings: Settings | None,
+    environ: Mapping[str, str],
     argv: Sequence[str] = (),
-    environ: Mapping[str, str] | None = None,
 ) -> None:
     """Say why the start stops: a line of text on stderr, or, where the settings ask for JSON,
     one JSON line of the log, as every other line; either way with no secret of the settings
     in it (a file's line quoted in the reason may hold a key). Settings that could not be read
     (None) are read for their log format alone, from `argv` and `environ`."""
     if settings is None:
-        settings = Settings(log_format=log_format_asked(argv, environ or {}))
+        settings = Settings(log_format=log_format_asked(argv, environ))
         if settings.log_format == "json":  # text is written as it is (uvicorn's needs a stdout)
             configure_logging(settings)
     if settings.log_format == "json":

@@ -447,6 +447,17 @@ async def test_a_retry_while_its_key_is_in_flight_is_409_whatever_it_sends() -> 
     assert pets == [{"id": 1, **REX}]
 
 
+async def test_a_malformed_key_is_a_400_before_a_content_type_s_415() -> None:
+    """A malformed Idempotency-Key is a 400 before a Content-Type that is not JSON is a 415."""
+    # The key is looked at first, for a key in flight's 409 to come before the 415.
+    async with memory_service() as http:
+        headers = {**keyed('"a'), "Content-Type": "text/plain"}
+        refused = await http.post("/v1/pets", content=json.dumps(REX), headers=headers)
+        pets = await all_pets(http)
+    assert "Idempotency-Key" in assert_error(refused, 400, "validation_error")
+    assert pets == []
+
+
 async def test_creates_refused_before_their_body_is_read_are_journaled_with_it() -> None:
     """A create refused 409, 415 or 400 (its key) before reading its body is journaled with it."""
     # What a retry sent while its first attempt was in flight is what a harness compares: the

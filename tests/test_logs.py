@@ -551,15 +551,19 @@ def test_x_forwarded_for_is_taken_only_from_the_proxies_named(start_server: Serv
         assert f'\n{client} "GET /nope" 404 ' in output
 
 
-@pytest.mark.parametrize("address", ["1.2.3.4 x", '1.2.3.4"x', "1.2.3.4\tx", "1.2.3.4\x85x"])
+@pytest.mark.parametrize(
+    "address", ["1.2.3.4 x", '1.2.3.4"x', "1.2.3.4\tx", "1.2.3.4\x85x", "1.2.3.4\\x1b[31m"]
+)
 def test_an_address_alone_in_its_chunk_is_made_one_field(address: str) -> None:
     """A client's address that is not one printable field is escaped, alone in its chunk too."""
     # Past ASCII (`\x85`, a line break to str.splitlines) it went out raw unless another line of
     # its chunk had the chunk looked at.
     entry = ((address, 1), "GET", "/nope", 404, 1_000, (b"x-request-id", b"i"), 0)
     line = one_field_clients(as_text([entry]), [entry])
-    assert line.split(" ", 1)[1] == '"GET /nope" 404 1us i\n'
-    assert line.split(" ", 1)[0].isprintable()
+    field, rest = line.split(" ", 1)
+    assert rest == '"GET /nope" 404 1us i\n'
+    assert field.isprintable()
+    assert field != address  # escaped: a backslash written as is would pass for an escape
 
 
 @pytest.mark.parametrize("under", ["python", "uvicorn"])

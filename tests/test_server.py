@@ -401,15 +401,23 @@ def test_a_refused_create_waiting_for_100_continue_is_answered_at_once(
     assert [(entry["status"], "body" in entry) for entry in journal] == [(415, False), (503, False)]
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b"application/json", b"text/plain"),
+        (b"Content-Length", b"Prefer: code=503\r\nContent-Length"),
+    ],
+    ids=["415", "injected"],
+)
 def test_a_refused_create_whose_client_leaves_mid_body_is_noted_as_unanswered(
-    start_server: ServerFactory,
+    start_server: ServerFactory, old: bytes, new: bytes
 ) -> None:
     """A refused create whose client leaves as its body is read for the journal: no answer."""
-    # With the plane on, read for the journal and gone, it was noted as the 415 no client read.
+    # With the plane on, a 415 or an injected status: read for the journal and gone, it was noted
+    # as the status no client read.
     server = start_server("--admin-key", ADMIN_KEY)
-    head = POST_HEAD.replace(b"application/json", b"text/plain")
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(head + b"0123456789")
+        sock.sendall(POST_HEAD.replace(old, new) + b"0123456789")
         sock.shutdown(socket.SHUT_WR)
         assert read_until_closed(sock) == b""
     server.wait_for_output('"POST /v1/pets" - ')
@@ -1154,7 +1162,7 @@ def test_healthcheck_of_port_0_says_it_needs_a_fixed_port() -> None:
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (
         "petstore healthcheck: port 0 names no port to ask: give the service a fixed one"
-        " (PETSTORE_PORT) for the check\n"
+        " (PETSTORE_PORT, --port) for the check\n"
     )
 
 
