@@ -12,25 +12,10 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
 
     sys.exit(check(sys.argv[2:]))
 
-# The stops (SIGTERM, Ctrl-C's SIGINT, a closed terminal's SIGHUP) during the start (the imports
-# below, the store's load), which serve() acts on once it is done: in the image Python is PID 1,
-# and the kernel drops a signal PID 1 has no handler for; a Ctrl-C was a KeyboardInterrupt's
-# traceback. The server puts this handler back when it is done, and raises its signals again.
-_stops_asked: list[int] = []
+if __name__ == "__main__":  # before the imports below: a stop during them is noted (stops.py)
+    from stops import note_stops
 
-
-def _note_stop(signum: int, frame: object) -> None:
-    if signum == signal.SIGINT and signal.SIGINT in _stops_asked:
-        raise SystemExit(130)  # Ctrl-C twice: stop now, quietly, wherever the start is
-    _stops_asked.append(signum)
-
-
-if __name__ == "__main__":
-    for _stop in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        # `nohup`'s SIGHUP stays ignored; a SIGINT a shell ignores for its background jobs is
-        # taken, as uvicorn takes it while serving (Ctrl-C can't reach such a job; a kill can).
-        if _stop != signal.SIGHUP or signal.getsignal(_stop) is not signal.SIG_IGN:
-            signal.signal(_stop, _note_stop)
+    note_stops()
 
 import asyncio
 import contextlib
@@ -99,6 +84,7 @@ from server import (
     warn_of_unread,
 )
 from settings import Settings, SettingsError, load_settings, with_key
+from stops import stops_asked
 from store import PetStore
 
 __all__ = ["Petstore", "create_app", "main"]
@@ -342,8 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     healthcheck` is answered above, before the imports)."""
     code = _start_and_serve(sys.argv[1:] if argv is None else argv)
     # Ctrl-C: the same stop as SIGTERM's, then the shell's code for a SIGINT (the server raised
-    # the signal again once done, and _note_stop, back by then, noted it: no traceback).
-    return 130 if code == 0 and signal.SIGINT in _stops_asked else code
+    # the signal again once done, and note_stop, back by then, noted it: no traceback).
+    return 130 if code == 0 and signal.SIGINT in stops_asked else code
 
 
 def _start_and_serve(argv: Sequence[str]) -> int:
@@ -379,7 +365,7 @@ def _start_and_serve(argv: Sequence[str]) -> int:
         note_refusal=app.access_log.note_refusal,
         sock=sock,
         announce=announce,
-        stops_asked=_stops_asked,
+        stops_asked=stops_asked,
     )
     return 0
 

@@ -168,7 +168,7 @@ def serve(  # noqa: PLR0913 - the app, its settings, and what the server tells i
     """Serve `app` until SIGTERM, Ctrl-C or SIGHUP; `on_exit` runs as soon as one arrives.
     `note_refusal` notes each of the server's own 400s and gives its id
     (AccessLog.note_refusal); `sock` is bound_socket()'s; `announce` writes the ready line
-    (AccessLog.announce); `stops_asked`, the signals that came during the start (app.py notes
+    (AccessLog.announce); `stops_asked`, the signals that came during the start (stops.py notes
     them): there, nothing is served."""
     config = uvicorn.Config(
         app,
