@@ -23,7 +23,8 @@ EPILOG: Final = f"""\
 Each flag has an environment variable, the flag winning: PETSTORE_ and the flag's name in
 capitals (PETSTORE_MAX_BODY); PETSTORE_API_KEYS, PETSTORE_ADMIN_KEYS and PETSTORE_CORS_ORIGINS
 take a comma-separated list, PETSTORE_API_KEYS_FILE a file, PETSTORE_DATABASE_URL the URL
-(README, Settings).
+(README, Settings). A client's address comes from X-Forwarded-For only from the proxies
+FORWARDED_ALLOW_IPS names (uvicorn's variable; none without it).
 
   python {HEALTHCHECK_USAGE}
       exit 0 when the service answers /healthz (--ready: /readyz) within \

@@ -727,6 +727,7 @@ def test_help_names_the_variables_the_defaults_and_the_healthcheck() -> None:
         "(8000)",
         "PETSTORE_MAX_BODY",
         "PETSTORE_API_KEYS",
+        "FORWARDED_ALLOW_IPS",
         "healthcheck",
     ):
         assert words in served
