@@ -83,8 +83,9 @@ class QuickHead(RequestResponseCycle):
 
     The bytes and the checks are uvicorn's own. Anything else goes through uvicorn's `send`: a
     body; a head with a header `_line` refuses, or without Content-Length where uvicorn would
-    go chunked, or with an unknown status; a connection not kept alive; write flow paused;
-    uvicorn's access log on. uvicorn makes every cycle one of these: protocol.py points the
+    go chunked, or with an unknown status; a connection not kept alive, or not to be, the
+    request's body not yet asked for (`Expect: 100-continue`); write flow paused; uvicorn's
+    access log on. uvicorn makes every cycle one of these: protocol.py points the
     name it builds them by at this class (assigning `__class__` to each cycle instead cost
     7.4k instructions a request more: the interpreter's attribute caches missed)."""
 
@@ -96,8 +97,14 @@ class QuickHead(RequestResponseCycle):
             or self.flow.write_paused
             or self.access_log
             or not self.keep_alive
+            or self.waiting_for_100_continue
             or (status := message["status"]) not in STATUS_LINE
         ):
+            if self.waiting_for_100_continue and message["type"] == "http.response.start":
+                # Answered before its body was asked for: its client may never send it, and
+                # the next request on the connection would be read as that body. Closed
+                # instead, as after a 413 (RFC 9110 10.1.1 asks to say which).
+                self.keep_alive = False
             await super().send(message)
             return
         headers = message.get("headers", ())

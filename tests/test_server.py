@@ -401,6 +401,18 @@ def test_a_refused_create_waiting_for_100_continue_is_answered_at_once(
     assert [(entry["status"], "body" in entry) for entry in journal] == [(415, False), (503, False)]
 
 
+def test_an_answer_before_a_100_continue_closes_the_connection(start_server: ServerFactory) -> None:
+    """An answer sent before its body was asked for (`Expect: 100-continue`) closes it."""
+    # It was kept open with the body unsent: the client's next request would be read as that body.
+    server = start_server()
+    head = POST_HEAD.replace(b"Content-Length:", b"Expect: 100-continue\r\nContent-Length:")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head.replace(KEY.encode(), b"not-the-key"))
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 401 Unauthorized\r\n")
+    assert b"\r\nconnection: close\r\n" in answer
+
+
 @pytest.mark.parametrize(
     ("old", "new"),
     [
