@@ -100,7 +100,7 @@ class QuickHead(RequestResponseCycle):
             or self.waiting_for_100_continue
             or (status := message["status"]) not in STATUS_LINE
         ):
-            if self.waiting_for_100_continue and message["type"] == "http.response.start":
+            if self.waiting_for_100_continue:  # true only until the response starts
                 # Answered before its body was asked for: its client may never send it, and
                 # the next request on the connection would be read as that body. Closed
                 # instead, as after a 413 (RFC 9110 10.1.1 asks to say which).
@@ -117,7 +117,6 @@ class QuickHead(RequestResponseCycle):
             await super().send(message)  # chunked
             return
         self.response_started = True
-        self.waiting_for_100_continue = False
         if length is not None:
             self.expected_content_length = int(length.decode())
             self.chunked_encoding = False
