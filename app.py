@@ -263,7 +263,7 @@ def create_app(
         # `metrics` is made below, once the router it asks for templates exists.
         return BytesResponse(metrics.exposition(), CONTENT_TYPE_LATEST)
 
-    intercept = plane.faults.intercept if plane else None
+    interceptor = plane.faults if plane else None
     routes = [
         Route(
             PETS_PATH + "/{petId}",
@@ -271,7 +271,7 @@ def create_app(
                 {"GET": handlers.get_pet},
                 deprecation,
                 operations={"GET": "getPet"},
-                intercept=intercept,
+                interceptor=interceptor,
             ),
         ),
         Route(
@@ -279,7 +279,7 @@ def create_app(
             Endpoint(
                 {"GET": handlers.list_pets, "POST": handlers.create_pet},
                 operations={"GET": "listPets", "POST": "createPet"},
-                intercept=intercept,
+                interceptor=interceptor,
                 holds={"POST": handlers.hold_key},
             ),
         ),

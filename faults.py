@@ -57,9 +57,10 @@ def check_rule(rule: NewFaultRule) -> None:
 
 class Faults:
     """The rules in force, in creation order, and the interceptor (routing.Endpoint calls it for
-    each request of the three operations, after the credential check and before the body is
-    read) that applies the request's `Prefer`, else the first rule that matches. An injected
-    status answers `injected_fault` and carries nothing out.
+    each request of the three operations that has a Prefer header or comes while there are
+    rules, after the credential check and before the body is read) that applies the request's
+    `Prefer`, else the first rule that matches. An injected status answers `injected_fault`
+    and carries nothing out.
 
     All of it runs on the event loop, between two awaits, so taking a rule and counting down
     its `times` is one step: a rule with `times: N` serves exactly N requests however many

@@ -58,7 +58,7 @@ _Packed = tuple[
 _pack: Final = msgspec.msgpack.Encoder().encode
 _unpack: Final = msgspec.msgpack.Decoder(_Packed).decode
 # msgspec hands out the buffer it grew, about 1.5 times what it holds past a few hundred
-# bytes; a larger entry is copied to its size (2.2k instructions).
+# bytes; a larger entry is copied to its size (2.2k instructions). Under HEADERS_KEPT.
 _COPIED_OVER: Final = 512
 
 
@@ -141,13 +141,14 @@ class Journal:
             False,
         ]
         packed = _pack(fields)
-        # Only a packed entry past HEADERS_KEPT may hold too much of a head (a create's body
-        # alone keeps it under): only then are its headers measured.
-        if len(packed) > HEADERS_KEPT and (kept := _headers_kept(scope["headers"])) is not None:
-            fields[-3:] = [kept, request_id, True]
-            packed = _pack(fields)
-        if len(packed) > _COPIED_OVER:  # msgspec's grown buffer is kept: 6.3 KB for 4.2 KB
-            packed = bytes(memoryview(packed))
+        if len(packed) > _COPIED_OVER:  # most entries are not: one look for them
+            # Only a packed entry past HEADERS_KEPT may hold too much of a head (a create's
+            # body alone keeps it under): only then are its headers measured.
+            kept = _headers_kept(scope["headers"]) if len(packed) > HEADERS_KEPT else None
+            if kept is not None:
+                fields[-3:] = [kept, request_id, True]
+                packed = _pack(fields)
+            packed = bytes(memoryview(packed))  # msgspec's grown buffer: 6.3 KB for 4.2 KB
         self.ring.append(packed)
 
     def copy(self) -> Journal:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Sized
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from starlette.responses import Response
 from starlette.routing import Route, Router
@@ -194,11 +194,20 @@ class Interception(NamedTuple):
     headers: RawHeaders = ()
 
 
-# Looks at a request for an operation (named by the endpoint's map of method to operation)
-# after the credential check and before its handler: the test-control plane's faults. None:
-# nothing to do (decided without an await, as for most requests); else what to await for the
-# Interception (which may wait first).
-Interceptor = Callable[[Scope, Receive, Mapping[str, str]], Awaitable[Interception] | None]
+class Interceptor(Protocol):
+    """Looks at a request for an operation (named by the endpoint's map of method to operation)
+    after the credential check and before its handler: the test-control plane's faults."""
+
+    @property
+    def rules(self) -> Sized:
+        """Empty: nothing to do for a request without a Prefer header (the endpoint then skips
+        the call: 700 instructions a getPet, with the plane on)."""
+
+    def intercept(
+        self, scope: Scope, receive: Receive, operations: Mapping[str, str]
+    ) -> Awaitable[Interception] | None:
+        """None: nothing to do (decided without an await, as for most requests); else what to
+        await for the Interception (which may wait first)."""
 
 
 _IN_FLIGHT: Final = "The first create with this Idempotency-Key is still in flight; retry later"
@@ -222,7 +231,7 @@ class Endpoint:
         headers: Mapping[str, str] | None = None,
         *,
         operations: Mapping[str, str] | None = None,
-        intercept: Interceptor | None = None,
+        interceptor: Interceptor | None = None,
         holds: Mapping[str, Callable[[Scope], Callable[[], None] | None]] | None = None,
     ) -> None:
         self.handlers = dict(handlers)
@@ -235,7 +244,7 @@ class Endpoint:
         self.allow = ", ".join(sorted(self.handlers))
         self.header_templates = dict(headers or {})
         self.headers_for = per_root_path(self._headers)
-        self.intercept = intercept if self.operations else None
+        self.interceptor = interceptor if self.operations else None
 
     def _headers(self, root_path: str) -> RawHeaders:
         return [
@@ -258,8 +267,10 @@ class Endpoint:
                 )
             if self.holds and (hold := self.holds.get(scope["method"])) is not None:
                 release = hold(scope)
-            if self.intercept is not None and (
-                pending := self.intercept(scope, receive, self.operations)
+            if (
+                (interceptor := self.interceptor) is not None
+                and (PREFER in scope or interceptor.rules)
+                and (pending := interceptor.intercept(scope, receive, self.operations))
             ):
                 interception = await pending
                 added = interception.headers

@@ -148,7 +148,7 @@ def test_off_means_the_plane_is_not_in_the_request_path(settings: Settings, on: 
     app = plane_app(settings)
     assert (app.plane is not None) is on
     assert (app.access_log.journal is not None) is on
-    intercepting = [endpoint for endpoint in endpoints_of(app) if endpoint.intercept]
+    intercepting = [endpoint for endpoint in endpoints_of(app) if endpoint.interceptor]
     assert len(intercepting) == (2 if on else 0)  # /v1/pets and /v1/pets/{petId}
     [auth] = [layer for layer in stack_of(app) if isinstance(layer, BearerAuth)]
     assert len(auth.credentials) == (2 if on else 1)
