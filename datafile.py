@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from idempotency import IdempotencyKeys
 from metrics import Histogram
@@ -54,6 +54,24 @@ def _commit_end(sizes: Sequence[int]) -> int:
         if total > WRITE_MAX and end:
             return end
     return len(sizes)
+
+
+# What one read asks for at most: Linux reads at most 0x7ffff000 bytes a call (2 GiB - 4 KiB),
+# and a read cut there was taken for a crash's torn tail: a file of 2.2 GB lost its last pets.
+_READ_AT_ONCE: Final = 1 << 30
+
+
+def _read_whole(fd: int, path: str) -> bytes:
+    """The whole file, read a piece at a time (one piece, the same object, under 1 GiB)."""
+    size = os.fstat(fd).st_size
+    pieces, offset = [], 0
+    while offset < size:
+        piece = os.pread(fd, min(size - offset, _READ_AT_ONCE), offset)
+        if not piece:  # shortened meanwhile, by no petstore (the file is locked)
+            raise DataFileError(f"{path}: {size} bytes long, but its end came at byte {offset}")
+        pieces.append(piece)
+        offset += len(piece)
+    return b"".join(pieces)
 
 
 def _fsync_directory(path: str) -> None:
@@ -149,8 +167,7 @@ class FileStore(IndexedReads):
         return fd
 
     def _load(self) -> int:
-        size = os.fstat(self._fd).st_size
-        data = os.pread(self._fd, size, 0)
+        data = _read_whole(self._fd, self.path)
         end = split_torn_tail(data)
         loaded = parse_records(self.path, data[:end])
         if (twice := self._keys.load(loaded.keys)) is not None:  # before the file is touched

@@ -467,6 +467,49 @@ def test_damaged_file_is_refused_and_left_untouched(
         FileStore(str(path))
 
 
+@pytest.mark.anyio
+async def test_a_file_read_in_short_reads_loads_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the kernel gives in several reads (Linux: 2 GiB a read at most) loads whole."""
+    # A read cut there was taken for a torn tail: the file's last pets were cut off it.
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(RECORDS)
+    real_pread = os.pread
+    asked: list[tuple[int, int]] = []
+
+    def eleven_bytes_a_read(fd: int, size: int, offset: int) -> bytes:
+        asked.append((size, offset))
+        return real_pread(fd, min(size, 11), offset)
+
+    with monkeypatch.context() as patch:
+        patch.setattr("datafile.os.pread", eleven_bytes_a_read)
+        file_store = FileStore(str(path))
+    async with serving(file_store) as http:
+        listed = await http.get("/v1/pets")
+    assert listed.json() == [REX, TOM]
+    assert path.read_bytes() == RECORDS
+    assert asked[:2] == [(len(RECORDS), 0), (len(RECORDS) - 11, 11)]
+
+
+def test_a_file_that_ends_before_its_size_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that ends before the file's size is refused, the file untouched, not cut."""
+    path = tmp_path / "pets.jsonl"
+    path.write_bytes(RECORDS)
+    real_pread = os.pread
+
+    def ends_at_ten(fd: int, size: int, offset: int) -> bytes:
+        return real_pread(fd, min(size, 10 - offset), offset) if offset < 10 else b""
+
+    with monkeypatch.context() as patch, pytest.raises(DataFileError) as raised:
+        patch.setattr("datafile.os.pread", ends_at_ten)
+        FileStore(str(path))
+    assert str(raised.value) == f"{path}: {len(RECORDS)} bytes long, but its end came at byte 10"
+    assert path.read_bytes() == RECORDS
+
+
 def test_damaged_file_stops_the_process_with_one_line(
     tmp_path: Path, start_server: ServerFactory
 ) -> None:
