@@ -177,27 +177,66 @@ class StallGuard(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as error:  # its text says what (llhttp's reason)
-            reason = str(error) or "unknown reason"
-            if isinstance(error.__context__, httptools.HttpParserInvalidURLError):
-                # Raised in uvicorn's callback, as "User callback error": a target httptools
-                # can't parse (CONNECT's host:port; one past its lengths' 16 bits).
-                reason = "invalid request target"
-                if len(self.url) > _TARGET_MAX:
-                    reason = f"request target longer than {_TARGET_MAX} bytes"
-            self.logger.warning("Invalid HTTP request received: %s.", reason)
-            overflow = reason == "Content-Length overflow"  # 2**64 or more: over any limit
-            self.send_400_response(
-                "The body is over the limit: its Content-Length overflows 64 bits"
-                if overflow
-                else f"Invalid HTTP request received: {reason[:1].lower()}{reason[1:]}",
-                413 if overflow else 400,
-            )
-        except httptools.HttpParserUpgrade:
+        except httptools.HttpParserError as error:
+            self._refuse_unparsed(error)
+        except httptools.HttpParserUpgrade as upgrade:
+            self._upgrade_asked(data[upgrade.args[0] :])
+
+    def _refuse_unparsed(self, error: httptools.HttpParserError) -> None:
+        """The 400 to bytes httptools refused (its text says what: llhttp's reason)."""
+        reason = str(error) or "unknown reason"
+        if isinstance(error.__context__, httptools.HttpParserInvalidURLError):
+            # Raised in uvicorn's callback, as "User callback error": a target httptools
+            # can't parse (CONNECT's host:port; one past its lengths' 16 bits).
+            reason = "invalid request target"
+            if len(self.url) > _TARGET_MAX:
+                reason = f"request target longer than {_TARGET_MAX} bytes"
+        self.logger.warning("Invalid HTTP request received: %s.", reason)
+        overflow = reason == "Content-Length overflow"  # 2**64 or more: over any limit
+        self.send_400_response(
+            "The body is over the limit: its Content-Length overflows 64 bits"
+            if overflow
+            else f"Invalid HTTP request received: {reason[:1].lower()}{reason[1:]}",
+            413 if overflow else 400,
+        )
+
+    def _upgrade_asked(self, rest: bytes) -> None:
+        """A request asked to upgrade; `rest`: the read's bytes after its head."""
+        while True:
             if self._should_upgrade():  # never, with ws="none": kept for other settings
                 self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+                return
+            self._unsupported_upgrade_warning()
+            rest = self._as_plain_http(rest)
+            try:
+                self.parser.feed_data(rest)
+            except httptools.HttpParserError as error:
+                self._refuse_unparsed(error)
+            except httptools.HttpParserUpgrade as upgrade:  # another, pipelined behind it
+                rest = rest[upgrade.args[0] :]
+                continue
+            return
+
+    def _as_plain_http(self, rest: bytes) -> bytes:
+        """A request that asked to upgrade, served as plain HTTP (RFC 9110 7.8 lets a server
+        ignore Upgrade) with its body: httptools ends such a request at its head, its body
+        unread (the app saw none), and parses what follows, the body included, as requests
+        (a body written as a request was served: one a proxy in front never saw). A parser of
+        its own reads the body into the request's cycle, told its framing by a head made of
+        the request's (AfterUpgrade drops that head's callbacks), and goes on with the
+        connection's next requests. Returns what is left of the read to parse."""
+        framing = b"".join(
+            b"%s: %s\r\n" % header
+            for header in self.headers
+            if header[0] in (b"content-length", b"transfer-encoding")
+        )
+        cycle = self.cycle
+        if not framing or cycle is None:  # no body: the request ended with its head
+            return rest
+        cycle.more_body = True  # httptools ended it: uvicorn's on_message_complete ran
+        cycle.message_event.clear()
+        self.parser = httptools.HttpRequestParser(AfterUpgrade(self))
+        return b"POST / HTTP/1.1\r\n" + framing + b"\r\n" + rest
 
     def _refuse_after_the_last_answer(self) -> None:
         self.on_response_complete()
@@ -234,6 +273,10 @@ class StallGuard(HttpToolsProtocol):
         # OneWrite is the transport as the cycle uses it (write, close, is_closing), no subclass.
         if cycle is not None and cycle.transport is self.transport:
             cycle.transport = OneWrite(self.transport, self.scope["method"])  # type: ignore[assignment]
+            if self.expect_100_continue and not _may_wait_for_100_continue(
+                self.scope["http_version"], self.headers
+            ):
+                cycle.waiting_for_100_continue = False  # no 100, no close for want of a body
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
@@ -257,6 +300,13 @@ class StallGuard(HttpToolsProtocol):
         stalled = by_rate = now + self.client_timeout  # the client owes nothing
         if cycle is None or cycle.scope is not self.scope:  # the head: no cycle for it yet
             stalled = by_rate = self._began + self.client_timeout
+        elif cycle.response_complete and self.timeout_keep_alive_task is None:
+            # Answered, no request begun since, and yet uvicorn's keep-alive timer is off: bytes
+            # came that begin none (line breaks, which llhttp skips between requests), and
+            # stopped it. Idle, as that timer would have found it when it ran out.
+            self.logger.info("closing a connection that sent only line breaks since its answer")
+            self.transport.close()
+            return
         elif self.flow.read_paused or cycle.waiting_for_100_continue:
             self._held = True
         elif self._held:  # it can send again, since the last check: its clocks start now
@@ -275,6 +325,57 @@ class StallGuard(HttpToolsProtocol):
             self._timer = self.loop.call_at(min(stalled, by_rate), self._check)
             return
         self.transport.close()
+
+
+class AfterUpgrade:
+    """The callbacks of the parser a request that asked to upgrade leaves its connection with
+    (StallGuard._as_plain_http): those of the head it is fed first, made up to tell it the
+    body's framing, are dropped; all others go to the protocol. A callback more a call, on
+    that connection only."""
+
+    def __init__(self, protocol: StallGuard) -> None:
+        self.protocol = protocol
+        self.made_up = True  # the head being parsed is the made-up one
+
+    def on_message_begin(self) -> None:
+        if not self.made_up:
+            self.protocol.on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if not self.made_up:
+            self.protocol.on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.made_up:
+            self.protocol.on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self.made_up:
+            self.made_up = False
+        else:
+            self.protocol.on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.protocol.on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.protocol.on_message_complete()
+
+
+def _may_wait_for_100_continue(http_version: str, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request that sent `Expect: 100-continue` may be waiting for a 100 before its
+    body: it has one, and is HTTP/1.1 (RFC 9110 10.1.1: an HTTP/1.0 request's expectation is
+    ignored; its client may take a 100 for the answer). One without a body was answered with
+    its connection closed, as one whose body was never asked for, and one pipelined behind it
+    went unanswered."""
+    if http_version == "1.0":
+        return False
+    for name, value in headers:
+        if name == b"transfer-encoding" or (
+            name == b"content-length" and value.strip(b" \t") != b"0"
+        ):
+            return True
+    return False
 
 
 def _may_end_a_head(data: bytes, within: int) -> bool:

@@ -358,6 +358,28 @@ def test_stalled_client_is_cut_off(
     assert 0.9 <= elapsed < 5
 
 
+def test_line_breaks_after_an_answer_do_not_keep_a_connection_open(
+    start_server: ServerFactory,
+) -> None:
+    """Line breaks sent after an answer, a request never begun, don't hold a connection open."""
+    # llhttp skips them between requests; each read stopped uvicorn's keep-alive timer, and the
+    # connection, owing no head, stayed open as long as they came: slowloris with no key.
+    server = start_server("--client-timeout", "1")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        assert exchange_on(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").startswith(
+            b"HTTP/1.1 200 OK\r\n"
+        )
+        started = time.monotonic()
+        closed = False
+        while not closed and time.monotonic() - started < 8:
+            with contextlib.suppress(OSError):  # a reset once closed
+                sock.sendall(b"\r\n")
+            closed = bool(select.select([sock], [], [], 0.3)[0]) and sock.recv(10) == b""
+        elapsed = time.monotonic() - started
+    assert closed
+    assert elapsed < 4  # the next check after the answer (1 s), or the one after it
+
+
 def test_a_body_cut_off_or_left_mid_way_is_noted_as_unanswered(start_server: ServerFactory) -> None:
     """A create cut off mid-body, or whose client left mid-body, is noted as no answer."""
     # Neither gets a byte: `-` in the access log, `dropped` in the metrics, as a fault's drop. Both
@@ -411,6 +433,32 @@ def test_an_answer_before_a_100_continue_closes_the_connection(start_server: Ser
         answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 401 Unauthorized\r\n")
     assert b"\r\nconnection: close\r\n" in answer
+
+
+def test_an_expectation_without_a_body_or_from_http_1_0_is_ignored(
+    start_server: ServerFactory,
+) -> None:
+    """`Expect: 100-continue` with no body, or in HTTP/1.0, gets no 100 and no close for it."""
+    # A bodiless request's answer closed the connection (the request pipelined behind it went
+    # unanswered); an HTTP/1.0 client was sent a 100, which it may take for the answer
+    # (RFC 9110 10.1.1: a server ignores an HTTP/1.0 request's expectation).
+    server = start_server()
+    bodiless = b"GET /v1/pets HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n%s\r\n" % AUTH_LINE
+    body = b'{"name":"Rex","categoryId":1}'
+    old = (
+        b"POST /v1/pets HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n%s" % (AUTH_LINE, len(body), body)
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(bodiless + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        pipelined = read_until_closed(sock)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(old)
+        created = read_until_closed(sock)
+    assert re.findall(rb"HTTP/1.1 (\d+)", pipelined) == [b"200", b"200"]
+    assert pipelined.count(b"connection: close") == 1  # the second's, which asked for it
+    assert created.startswith(b"HTTP/1.1 201 Created\r\n")
+    assert b"100 Continue" not in created
 
 
 @pytest.mark.parametrize(
@@ -1773,6 +1821,52 @@ def test_an_upgrade_to_websocket_is_ignored_and_the_request_answered(
             assert body is None or received == body
     server.stop()
     assert "WebSocket" not in server.stderr
+
+
+H2C_OFFER = (
+    b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQ\r\n"
+)
+
+
+def test_a_request_asking_to_upgrade_is_served_with_its_body(start_server: ServerFactory) -> None:
+    """A request offering an upgrade (curl --http2, Java's clients) is served with its body."""
+    # httptools ends such a request at its head: its body was lost (a create "empty"), and one
+    # read later was parsed as a request of its own, served (a request a proxy never saw). A
+    # request pipelined behind one got no answer.
+    server = start_server()
+    offered = b"POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    offered += AUTH_LINE + H2C_OFFER
+    rex = b'{"name":"Rex","categoryId":1}'
+    tom = b'{"name":"Tom","categoryId":2}'
+    hidden = (
+        b"POST /v1/pets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+        b'Content-Length: 34\r\n\r\n{"name":"Hidden","categoryId":3}' % AUTH_LINE
+    )
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(tom), tom)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        answers = [exchange_on(sock, offered + b"Content-Length: %d\r\n\r\n%s" % (len(rex), rex))]
+        sock.sendall(offered + b"Transfer-Encoding: chunked\r\n\r\n")
+        for byte in chunked:  # a read or more later, whatever the reads
+            sock.sendall(bytes([byte]))
+        answers.append(exchange_on(sock, b""))
+        sock.sendall(offered + b"Content-Length: %d\r\n\r\n" % len(hidden))
+        answers.append(exchange_on(sock, hidden))
+        pipelined = b"GET /v1/pets HTTP/1.1\r\nHost: x\r\n%s%s\r\n" % (AUTH_LINE, H2C_OFFER)
+        sock.sendall(pipelined + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        last = read_until_closed(sock)
+    heads = [answer.split(b"\r\n", 1)[0] for answer in answers]
+    assert heads == [
+        b"HTTP/1.1 201 Created",
+        b"HTTP/1.1 201 Created",
+        b"HTTP/1.1 400 Bad Request",  # the body, a request, read as the body it is: not JSON
+    ]
+    assert answers[0].endswith(b'{"id":1,"name":"Rex","categoryId":1}')
+    assert answers[1].endswith(b'{"id":2,"name":"Tom","categoryId":2}')
+    assert b'"code":"malformed_json"' in answers[2]
+    # Both pipelined requests answered, once each; no pet but Rex and Tom.
+    assert re.findall(rb"HTTP/1.1 (\d+)", last) == [b"200", b"200"]
+    pets = b'[{"id":1,"name":"Rex","categoryId":1},{"id":2,"name":"Tom","categoryId":2}]'
+    assert pets in last
 
 
 @pytest.mark.anyio
