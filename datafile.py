@@ -75,7 +75,8 @@ def _read_whole(fd: int, path: str) -> bytes:
 
 
 def _fsync_directory(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    """Make a new file's name durable: its directory's, the one a symlink named points into."""
+    fd = os.open(os.path.dirname(os.path.realpath(path)), os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
@@ -86,7 +87,7 @@ def _writable_by_the_group_if_its_directory_is(fd: int, path: str) -> None:
     """A new data file may be written by its group in a directory shared by a group (setgid,
     writable by the group, not by all): the image's /data, group 0's for OpenShift's arbitrary
     uids, where a file only its maker could write stopped the next start under another uid."""
-    mode = os.stat(os.path.dirname(os.path.abspath(path))).st_mode
+    mode = os.stat(os.path.dirname(os.path.realpath(path))).st_mode
     if mode & stat.S_ISGID and mode & stat.S_IWGRP and not mode & stat.S_IWOTH:
         os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRGRP | stat.S_IWGRP)
 

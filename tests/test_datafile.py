@@ -899,6 +899,32 @@ async def test_a_new_data_file_is_writable_by_the_group_when_its_directory_is(
     assert not mode & stat.S_IWOTH
 
 
+@pytest.mark.anyio
+async def test_a_new_data_file_named_by_a_symlink_is_made_durable_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data file made through a symlink: its own directory is synced and its group looked at."""
+    # The symlink's directory was synced: after a power cut, the file's name could be gone.
+    real, linked = tmp_path / "real", tmp_path / "linked"
+    real.mkdir()
+    linked.mkdir()
+    real.chmod(0o2770)  # a directory its group shares: the file is the group's to write too
+    (linked / "pets.jsonl").symlink_to(real / "pets.jsonl")
+    real_fsync = os.fsync
+    synced: list[str] = []
+
+    def noted_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    with monkeypatch.context() as patch:
+        patch.setattr("datafile.os.fsync", noted_fsync)
+        store = FileStore(str(linked / "pets.jsonl"))
+    await store.close()
+    assert synced == [str(real)]
+    assert (real / "pets.jsonl").stat().st_mode & stat.S_IWGRP
+
+
 async def create_with_and_without(
     path: Path, monkeypatch: pytest.MonkeyPatch, name: str, stand_in: Callable[..., Any]
 ) -> tuple[httpx.Response, httpx.Response]:
