@@ -90,8 +90,13 @@ class Parser(argparse.ArgumentParser):
                     continue
                 name = item.partition("=")[0]
                 close = difflib.get_close_matches(name, ours, n=1, cutoff=0.75)
+                # One of ours with more after it (`--data-file` for --data), which may be a key
+                # (`--api-key-KEY`): not shown past ours.
+                longer = [flag for flag in ours if flag[1] == "-" and name.startswith(f"{flag}-")]
                 if _FLAG_NAME.fullmatch(name) and close:
                     shown.append(f"unknown flag {name} (did you mean {close[0]}?)")
+                elif longer:
+                    shown.append(f"unknown flag {longer[0]}-... (did you mean {longer[0]}?)")
                 else:
                     hidden += 1
             if hidden:

@@ -486,6 +486,12 @@ REFUSALS = [
         {},
         "2 unknown arguments, not shown (a key?); --help lists the flags",
     ),
+    pytest.param(
+        ["--data-file", "pets.jsonl", "--api-key-Secret-123"],
+        {},
+        "unknown flag --data-... (did you mean --data?); unknown flag --api-key-... (did you mean"
+        " --api-key?); 1 unknown argument, not shown (a key?); --help lists the flags",
+    ),
     pytest.param(["-hSecret-123"], {}, "argument -h/--help: ignored explicit argument (not shown)"),
     pytest.param(
         ["python", "app.py", "--port", "9000"],
