@@ -235,7 +235,7 @@ class FileStore(IndexedReads):
 
     @property
     def unwritable(self) -> str | None:
-        return self._failure
+        return self._failure or (IDS_EXHAUSTED if self._next_id > INT64_MAX else None)
 
     async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         done: asyncio.Future[Pet] = asyncio.get_running_loop().create_future()
@@ -243,8 +243,7 @@ class FileStore(IndexedReads):
             # A replay is a read: it is answered even while the store takes no writes.
             if idempotency_key is not None and (made := self._keys.claim(idempotency_key, new_pet)):
                 return Added(made, replayed=True)
-            refused = self._failure or (IDS_EXHAUSTED if self._next_id > INT64_MAX else None)
-            if refused is not None:
+            if (refused := self.unwritable) is not None:
                 if idempotency_key is not None:
                     self._keys.release(idempotency_key)
                 raise StorageUnavailable(refused)

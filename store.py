@@ -219,7 +219,7 @@ class MemoryStore(IndexedReads):
 
     @property
     def unwritable(self) -> str | None:
-        return None
+        return IDS_EXHAUSTED if self._index.last_id >= INT64_MAX else None
 
     async def add(self, new_pet: NewPet, idempotency_key: str | None = None) -> Added:
         with self._lock:
@@ -228,8 +228,8 @@ class MemoryStore(IndexedReads):
                 made := self._keys.replay(idempotency_key, new_pet)
             ):
                 return Added(made, replayed=True)
-            if self._index.last_id >= INT64_MAX:
-                raise StorageUnavailable(IDS_EXHAUSTED)
+            if (refused := self.unwritable) is not None:
+                raise StorageUnavailable(refused)
             pet = stored_pet(self._index.last_id + 1, new_pet)
             self._index.append(pet)
             if idempotency_key is not None:

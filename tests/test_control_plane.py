@@ -223,6 +223,18 @@ async def test_reset_with_a_seed_goes_back_to_the_seed_ids_included() -> None:
         assert (await plane.post("/v1/pets", json=REX, headers=AUTH)).json()["id"] == 8
 
 
+async def test_a_seed_that_takes_the_last_id_leaves_a_store_that_takes_no_create() -> None:
+    """A seed holding id 2**63 - 1: a create is 503, and /readyz says so, as a data file's would."""
+    store = MemoryStore()
+    store.seed(seed_decoder.decode(json.dumps([{"id": 2**63 - 1, "name": "A", "categoryId": 1}])))
+    async with running(plane_app(store=store)) as plane:
+        created = await plane.post("/v1/pets", json=REX, headers=AUTH)
+        ready = await plane.get("/readyz")
+    for refused in (created, ready):
+        message = assert_error(refused, 503, "storage_unavailable")
+        assert message == f"Every id up to {2**63 - 1} is taken: no pet can be added"
+
+
 async def test_reset_empties_the_journal_and_the_fault_rules(plane: httpx.AsyncClient) -> None:
     """After a reset the journal is empty (dropped 0) and no rule is left."""
     await add_rule(plane, operation="getPet", status=500)

@@ -1208,7 +1208,9 @@ async def test_past_the_last_int64_id_a_create_is_a_503_and_the_file_still_loads
     tmp_path: Path,
 ) -> None:
     """Once a pet holds id 2**63 - 1, a create is refused 503 storage_unavailable, keyed or not."""
-    # Instead of storing an id that getPet refuses and that the next start could not load.
+    # Instead of storing an id that getPet refuses and that the next start could not load. The
+    # store says it takes no writes, as after a failed fdatasync: /readyz 503 and the metric 0
+    # (they said 200 and 1 while every create was refused).
     last = {"id": 2**63 - 1, "name": "Last", "categoryId": 1}
     path = tmp_path / "pets.jsonl"
     path.write_bytes(line(last))
@@ -1217,8 +1219,11 @@ async def test_past_the_last_int64_id_a_create_is_a_503_and_the_file_still_loads
         keyed = await http.post(
             "/v1/pets", json={"name": "Rex", "categoryId": 1}, headers={"Idempotency-Key": "k-1"}
         )
-    for refused in (plain, keyed):
+        ready = await http.get("/readyz")
+        scraped = (await http.get("/metrics")).text
+    for refused in (plain, keyed, ready):
         message = assert_error(refused, 503, "storage_unavailable")
         assert "9223372036854775807 is taken" in message
+    assert "\npetstore_store_writable 0.0\n" in scraped
     assert path.read_bytes() == line(last)
     assert await stored_pets(path) == [last]
