@@ -22,12 +22,15 @@ RawHeaders = Sequence[tuple[bytes, bytes]]
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
 # Scope keys (ASGI allows extension keys): the status a response notes once it starts, the
 # request's id as the header every response carries, (b"x-request-id", id) (accesslog.AccessLog
-# sets it), the chunks of the body as parsing.read_body read them (for the journal), and the
-# request's Prefer headers joined (AccessLog finds them, with the plane on, for the faults).
+# sets it), the chunks of the body as parsing.read_body read them (for the journal), the
+# request's Prefer headers joined (for the faults), and the value of its first X-Request-Id
+# header as sent, None if it sent none. The last two are found by the server as it parses the
+# head (protocol.StallGuard); SENT_REQUEST_ID absent, AccessLog looks through the headers.
 STATUS: Final = "petstore.status"
 REQUEST_ID_HEADER: Final = "petstore.request_id_header"
 BODY: Final = "petstore.body"
 PREFER: Final = "petstore.prefer"
+SENT_REQUEST_ID: Final = "petstore.sent_request_id"
 
 
 class BytesResponse(Response):

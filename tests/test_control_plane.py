@@ -1078,6 +1078,21 @@ def test_a_dropped_create_always_sees_the_connection_end_never_a_reset(
     assert journaled == list(range(1, tries + 1))
 
 
+def test_a_real_process_reads_every_prefer_header_as_one_list(start_server: ServerFactory) -> None:
+    """Under uvicorn, Prefer headers of any case are one list; without the plane, ignored."""
+    # protocol.StallGuard finds them as each header is parsed, for the faults.
+    plane, plain = start_server("--admin-key", ADMIN_KEY), start_server()
+    prefer = [("PREFER", "return=minimal"), ("x-other", "code=500"), ("prefer", "code=503")]
+    with plane.client() as http:
+        response = http.get("/v1/pets", headers=prefer)
+        assert_error(response, 503, "injected_fault")
+        assert response.headers["preference-applied"] == "code=503"
+        assert http.get("/v1/pets").headers.get("preference-applied") is None  # not kept
+    with plain.client() as http:
+        response = http.get("/v1/pets", headers=prefer)
+        assert (response.status_code, response.headers.get("preference-applied")) == (200, None)
+
+
 def test_a_delay_is_never_shorter_than_asked(start_server: ServerFactory) -> None:
     """An injected delay lasts at least its milliseconds by the journal's clock."""
     # uvloop's timers, counting whole milliseconds, woke the wait up to one early: 99.6 ms for 100.

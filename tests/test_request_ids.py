@@ -4,6 +4,7 @@ characters, else one the service makes, unique within the process (CONTRACT.md, 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import re
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from starlette.types import Message
 
 from app import create_app
-from routing import REQUEST_ID_HEADER
+from routing import REQUEST_ID_HEADER, SENT_REQUEST_ID
 from settings import Settings
 from store import MemoryStore
 from tests.conftest import AUTH, KEY, ServerFactory
@@ -153,6 +154,53 @@ def test_a_real_process_sends_the_id_on_its_own_answers(start_server: ServerFact
     assert ids[:3] == [["proc-1"], ["proc-2"], ["proc-3"]]
     assert len(ids[3]) == 1
     assert MADE.fullmatch(ids[3][0])
+
+
+def test_a_real_process_takes_the_first_id_found_as_the_head_is_parsed(
+    start_server: ServerFactory,
+) -> None:
+    """Under uvicorn the first X-Request-Id of any case is taken, or replaced if unusable."""
+    # protocol.StallGuard finds it as each header is parsed; AccessLog then takes its word.
+    server = start_server()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    ids = []
+    for headers in (
+        [("X-REQUEST-ID", "first-1 "), ("x-request-id", "second-1")],
+        [("Accept", "*/*"), ("x-request-id", "late-2")],
+        [("X-Request-Id", "not usable"), ("X-Request-Id", "usable-3")],
+        [("X-Request-Id", "")],
+    ):
+        connection.putrequest("GET", "/v1/pets")
+        for name, value in [*server.headers.items(), *headers]:
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+        ids.append(response.headers["x-request-id"])
+    connection.close()
+    assert ids[:2] == ["first-1", "late-2"]
+    assert MADE.fullmatch(ids[2]) and MADE.fullmatch(ids[3]) and ids[2] != ids[3]
+
+
+async def test_an_id_the_server_found_is_taken_without_a_second_look() -> None:
+    """A scope whose server found the id (or found none) is taken at its word."""
+    app = create_app(Settings(api_keys=(KEY,)), MemoryStore(), access_log=None)
+    transport = httpx.ASGITransport(app=app)  # no server: the scope as a test shapes it
+    answers = []
+    for found in (b"found-1", None):
+
+        async def with_found(scope: Any, receive: Any, send: Any, found: Any = found) -> None:
+            await app(
+                {**scope, SENT_REQUEST_ID: found, "headers": [(b"x-request-id", b"other")]},
+                receive,
+                send,
+            )
+
+        transport.app = with_found
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            answers.append((await http.get("/healthz")).headers["x-request-id"])
+    assert answers[0] == "found-1"
+    assert MADE.fullmatch(answers[1])
 
 
 @pytest.mark.parametrize("sent", [b"mine-2 ", b"mine-2\t", b"mine-2 \t "])
