@@ -156,7 +156,7 @@ class AccessLog:
             # KeyError came on every request cost such a server 2k instructions)
             sent = prefer = None
             sought = self.sought
-            for name, value in scope["headers"]:  # each costs 700 instructions
+            for name, value in scope["headers"]:  # each costs about 450 instructions
                 if name in sought:
                     if name == _PREFER:  # several Prefer headers are one list (RFC 7240, 2)
                         prefer = value if prefer is None else b"%s,%s" % (prefer, value)
