@@ -24,6 +24,7 @@ Needs valgrind (Debian: `apt-get install valgrind`; callgrind_control comes with
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if not prepare():
         return 2
+    # Every server with one hash seed (unless the caller chose one): a seed of its own moved a
+    # request's count by up to 5k from one run to the next (bench/HISTORY.md, 2026-11-24).
+    os.environ.setdefault("PYTHONHASHSEED", "0")
     scenarios = [s for s in SCENARIOS if s.name in chosen]  # creates last: they grow the stores
     rows = []
     with tempfile.TemporaryDirectory(prefix="petstore-instructions-") as name:
