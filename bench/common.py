@@ -193,6 +193,27 @@ def serve(
         yield server
 
 
+# --------------------------------------------------------------------------- callgrind
+
+
+def callgrind_control(*args: str) -> None:
+    control = shutil.which("callgrind_control") or "callgrind_control"
+    done = subprocess.run(  # noqa: S603 - a fixed argv of our own, no shell
+        [control, *args], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise BenchError(f"callgrind_control {' '.join(args)}: {done.stdout}{done.stderr}")
+
+
+def newest_total(dumps: Path, pid: int) -> int:
+    """The instruction count of the newest dump of this process."""
+    newest = max(dumps.glob(f"callgrind.{pid}.*"), key=lambda path: int(path.suffix[1:]))
+    for line in newest.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise BenchError(f"{newest} has no summary line")
+
+
 # --------------------------------------------------------------------------- wrk
 
 

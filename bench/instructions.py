@@ -26,14 +26,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from common import BenchError, Pinning, Server, prepare, print_table, run_wrk
+from common import (
+    BenchError,
+    Pinning,
+    Server,
+    callgrind_control,
+    newest_total,
+    prepare,
+    print_table,
+    run_wrk,
+)
 from run import (
     CEILING,
     FILL,
@@ -58,33 +66,15 @@ def _valgrind(valgrind: str, dumps: Path) -> Pinning:
     return Pinning((valgrind, "--tool=callgrind", dump), (), "servers under callgrind")
 
 
-def _callgrind_control(*args: str) -> None:
-    control = shutil.which("callgrind_control") or "callgrind_control"
-    done = subprocess.run(  # noqa: S603 - a fixed argv of our own, no shell
-        [control, *args], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise BenchError(f"callgrind_control {' '.join(args)}: {done.stdout}{done.stderr}")
-
-
-def _newest_total(dumps: Path, pid: int) -> int:
-    """The instruction count of the newest dump of this process."""
-    newest = max(dumps.glob(f"callgrind.{pid}.*"), key=lambda path: int(path.suffix[1:]))
-    for line in newest.read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
-    raise BenchError(f"{newest} has no summary line")
-
-
 def count(scenario: Scenario, server: Server, duration: int, pin: Pinning, dumps: Path) -> int:
     """Instructions per answer of one server in one scenario."""
     run_wrk(server, CONNECTIONS, WARMUP_SECONDS, pin, scenario.requests)
-    _callgrind_control("--zero", str(server.process.pid))
+    callgrind_control("--zero", str(server.process.pid))
     run = run_wrk(server, CONNECTIONS, duration, pin, scenario.requests)
-    _callgrind_control("--dump", str(server.process.pid))
+    callgrind_control("--dump", str(server.process.pid))
     if run.created < 100:
         raise BenchError(f"{scenario.name}: only {run.created} answers in {duration} s")
-    return _newest_total(dumps, server.process.pid) // run.created
+    return newest_total(dumps, server.process.pid) // run.created
 
 
 def main(argv: Sequence[str]) -> int:
