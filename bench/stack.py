@@ -14,7 +14,7 @@ client in the same event loop that sends a request and reads its answer, again a
 every 256 requests it drains the access log and folds the metrics, as the lifespan's tasks
 do every 50 ms. Callgrind's counters are zeroed after a warm-up and dumped after --requests
 more: their total over --requests is a request's instructions, the client's included (about
-a fifth), with PYTHONHASHSEED=0; two runs of one tree agree within about 300.
+a fifth), with PYTHONHASHSEED=0; two runs of one tree agree within about 700.
 
 Good for telling what a change of a few hundred instructions did, and what each feature costs
 (the configurations differ by one setting each); not for comparing with the ceiling or the
