@@ -112,11 +112,11 @@ class StallGuard(HttpToolsProtocol):
         one waits for them."""
         if self._refusal is not None:  # more bytes after the fault: refused already
             return
-        request_id = None
-        for name, value in self.headers or ():
-            if name == b"x-request-id":
-                request_id = client_request_id(value)
-                break
+        # The first X-Request-Id of the request read last, as on_header found it (none before
+        # a connection's first request).
+        scope: Scope | None = self.scope  # type: ignore[assignment] # uvicorn's TypedDict
+        sent = scope.get(SENT_REQUEST_ID) if scope is not None else None
+        request_id = None if sent is None else client_request_id(sent)
         elapsed_ns = int((self.loop.time() - self._began) * 1e9)
         message = f"{msg.removesuffix('.')}; the connection is closed"
         code = ErrorCode.PAYLOAD_TOO_LARGE if status == 413 else ErrorCode.VALIDATION_ERROR
