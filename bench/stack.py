@@ -1,4 +1,4 @@
-"""Instructions per request of the whole stack in one process, exactly: for small changes.
+"""Instructions per request of the whole stack in one process, nothing left to the clock.
 
 Run from the repository root:
 
@@ -16,9 +16,9 @@ do every 50 ms. Callgrind's counters are zeroed after a warm-up and dumped after
 more: their total over --requests is a request's instructions, the client's included (about
 a fifth), with PYTHONHASHSEED=0; two runs of one tree agree within about 700.
 
-Good for telling what a change of a few hundred instructions did, and what each feature costs
-(the configurations differ by one setting each); not for comparing with the ceiling or the
-bare app (the client's share), nor for time (bench/run.py). Needs valgrind.
+Good for telling what a change of a thousand instructions or more did, and what each feature
+costs (the configurations differ by one setting each); not for comparing with the ceiling or
+the bare app (the client's share), nor for time (bench/run.py). Needs valgrind.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def count(valgrind: str, config: str, scenario: str, requests: int, dumps: Path)
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="bench/stack.py", description="Instructions per request, whole stack, exactly."
+        prog="bench/stack.py", description="Instructions per request, the whole stack, one process."
     )
     parser.add_argument("--scenario", default=",".join(SCENARIOS), help=", ".join(SCENARIOS))
     parser.add_argument("--config", default=",".join(CONFIGS), help=", ".join(CONFIGS))
