@@ -26,7 +26,14 @@ from journal import Journal
 from logs import write_stdout
 from metrics import OTHER, RequestCounts
 from redaction import longest_first, redact
-from routing import PREFER, REQUEST_ID_HEADER, SENT_REQUEST_ID, STATUS, cut_off, internal_error
+from routing import (
+    REQUEST_ID_HEADER,
+    SENT_REQUEST_ID,
+    STATUS,
+    cut_off,
+    internal_error,
+    note_request_header,
+)
 
 logger = logging.getLogger("petstore")
 
@@ -150,20 +157,15 @@ class AccessLog:
             return
         started = time.perf_counter_ns()
         request_id = None
-        if SENT_REQUEST_ID in scope:  # found as the server parsed the head (StallGuard.on_header)
-            sent = scope[SENT_REQUEST_ID]
-        else:  # another server's (h11, a test's transport): one look for both (a try whose
-            # KeyError came on every request cost such a server 2k instructions)
-            sent = prefer = None
+        if SENT_REQUEST_ID not in scope:  # the server did not note it as it parsed the head
+            # (h11, a test's transport): one look for both (a try whose KeyError came on every
+            # request cost such a server 2k instructions)
+            scope[SENT_REQUEST_ID] = None
             sought = self.sought
             for name, value in scope["headers"]:  # each costs about 450 instructions
                 if name in sought:
-                    if name == _PREFER:  # several Prefer headers are one list (RFC 7240, 2)
-                        prefer = value if prefer is None else b"%s,%s" % (prefer, value)
-                    elif sent is None:  # the first X-Request-Id
-                        sent = value
-            if prefer is not None:
-                scope[PREFER] = prefer
+                    note_request_header(scope, name, value)
+        sent = scope[SENT_REQUEST_ID]
         if sent is not None:  # client_request_id inline: a call less a request
             sent = sent.rstrip(b" \t")
             if REQUEST_ID.fullmatch(sent):

@@ -33,6 +33,17 @@ PREFER: Final = "petstore.prefer"
 SENT_REQUEST_ID: Final = "petstore.sent_request_id"
 
 
+def note_request_header(scope: Scope, name: bytes, value: bytes) -> None:
+    """Note a request's header the service reads of every request, as the server parses it
+    (protocol.StallGuard) or AccessLog finds it: every Prefer, joined (several are one list,
+    RFC 7240 2), and the first X-Request-Id."""
+    if name == b"prefer":
+        prefer = scope.get(PREFER)
+        scope[PREFER] = value if prefer is None else b"%s,%s" % (prefer, value)
+    elif scope.get(SENT_REQUEST_ID) is None:
+        scope[SENT_REQUEST_ID] = value
+
+
 class BytesResponse(Response):
     """A response whose body is ready bytes: every response this service sends.
 
