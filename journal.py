@@ -8,13 +8,11 @@ import itertools
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import msgspec
-from starlette.types import Scope
 
 from redaction import REDACTED, longest_first, redact, redact_encoded
-from routing import BODY, route_path
 from schemas import (
     API_PREFIX,
     HEADERS_KEPT,
@@ -24,9 +22,11 @@ from schemas import (
     wall_minus_perf_counter_ns,
 )
 
-# The paths under API_PREFIX: from these up to (not including) those (Journal.record).
-_UNDER_API: Final = f"{API_PREFIX}/"
-_PAST_API: Final = f"{API_PREFIX}0"
+# The paths the journal records: API_PREFIX and those from UNDER_API up to (not including)
+# PAST_API ("0" follows "/"), as middleware.Credentials tells its prefix (str.startswith parses
+# its arguments as a tuple: 1k instructions).
+UNDER_API: Final = f"{API_PREFIX}/"
+PAST_API: Final = f"{API_PREFIX}0"
 # Never given out: they carry credentials.
 _UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-authorization"})
 
@@ -51,39 +51,54 @@ class Recorded(NamedTuple):
     headers_cut: bool  # headers past HEADERS_KEPT were left out
 
 
-# What the ring keeps of a request: the fields of Recorded.
+# What a batch keeps of each request: the fields of Recorded.
 _Packed = tuple[
     int, int, int, str, int | None, bytes | None, str, bytes, list[tuple[bytes, bytes]], bytes, bool
 ]
 _pack: Final = msgspec.msgpack.Encoder().encode
-_unpack: Final = msgspec.msgpack.Decoder(_Packed).decode
-# msgspec hands out the buffer it grew, about 1.5 times what it holds past a few hundred
-# bytes; a larger entry is copied to its size (2.2k instructions). Under HEADERS_KEPT.
-_COPIED_OVER: Final = 512
+_unpack: Final = msgspec.msgpack.Decoder(list[_Packed]).decode
+# Requests packed together, at most (fewer in a smaller journal): msgspec's call and its
+# buffer's growth were 1.2k instructions of an entry's 3k packed alone.
+BATCH: Final = 32
 
 
 class Journal:
-    """The last `size` requests under /v1 to end, each kept as one bytes object (MessagePack),
-    given out in the order they arrived (a request held by a delay is numbered as it arrives,
-    and in the journal once it ends). The JSON is built when the journal is read, and only
-    then are the credential headers left out and every configured secret (keys of both kinds,
-    the database's password) found elsewhere (a query, another header, a body, the path)
-    replaced by REDACTED: no secret is ever in what the journal gives out.
+    """The last `size` requests under /v1 to end, given out in the order they arrived (a
+    request held by a delay is numbered as it arrives, and in the journal once it ends). The
+    JSON is built when the journal is read, and only then are the credential headers left out
+    and every configured secret (keys of both kinds, the database's password) found elsewhere
+    (a query, another header, a body, the path) replaced by REDACTED: no secret is ever in
+    what the journal gives out.
 
-    Why one bytes object: a request's values kept as they were (a tuple of about a dozen
-    objects: its path, its headers and their tuples, its numbers, ...) took 408 bytes a
-    getPet against 210 packed (tracemalloc), kept alive for a thousand requests and each
-    object freed cold. Packing costs about 2.6k instructions more than the tuple, and still
-    wins on time: six rounds of fresh processes (plane off, packed, tuple), getPet plane on /
-    off 0.962 packed against 0.931 kept as a tuple, packed ahead in five of six (README,
-    Performance). What a kept object costs in caches, instructions don't show."""
+    AccessLog notes each request that ends under /v1 by appending its fields (in the order of
+    Recorded) to `pending`, and calls `pack()` once `batch` are there: they become one bytes
+    object (MessagePack), the newest batch. A batch is let go once the batches after it hold
+    `size` entries: the journal gives out the newest `size`, and holds at most 2 * (batch -
+    1) more (62 with the default 1,000): a ring, packed 32 at a time. Each entry packed alone,
+    through a method of the journal's, cost a getPet 2.1k instructions more, 8.0k against
+    5.9k for the whole plane (bench/stack.py, bench/HISTORY.md 2026-11-28).
+
+    Why packed: a request's values kept as they were (a tuple of about a dozen objects: its
+    path, its headers and their tuples, its numbers, ...) took 408 bytes a getPet against 210
+    packed (tracemalloc), kept alive for a thousand requests and each object freed cold.
+    Packing costs instructions, and still wins on time: getPet plane on / off 0.962 packed
+    against 0.931 kept as tuples in 2026-11-24's rounds, 0.944 against 0.909 measured at once
+    on 2026-11-28 (README, Performance). What a kept object costs in caches, instructions
+    don't show."""
 
     def __init__(self, size: int, secrets: Iterable[str]) -> None:
-        self.ring: collections.deque[bytes] = collections.deque(maxlen=size)
+        self.size = size
+        self.batch = min(BATCH, size)
+        # The fields of the requests noted since the last batch was packed (AccessLog's).
+        self.pending: list[list[Any]] = []
+        # The packed batches, oldest first, and how many entries each holds.
+        self.batches: collections.deque[bytes] = collections.deque()
+        self.sizes: collections.deque[int] = collections.deque()
+        self.held = 0  # entries in the batches
+        self.packed = 0  # entries packed since the start
         # AccessLog numbers each request as it arrives (seq: those under /v1 have gaps where
-        # others came between them); `recorded` counts those under /v1 that ended.
+        # others came between them).
         self.numbers = itertools.count(1)
-        self.recorded = 0
         self.cleared_at = 0  # what `recorded` was at the last clear
         # Each also as its UTF-8 read as Latin-1, as a header's value, the query and the
         # request id are decoded: a password with a letter past ASCII is written so there.
@@ -98,68 +113,58 @@ class Journal:
         self.body_kept = JOURNAL_BODY_LIMIT + 12 * max(map(len, self.secrets), default=0)
 
     @property
+    def recorded(self) -> int:
+        """Requests under /v1 that ended since the start."""
+        return self.packed + len(self.pending)
+
+    @property
+    def count(self) -> int:
+        """Entries the journal gives out now: the newest `size` since the last clear."""
+        return min(self.held + len(self.pending), self.size)
+
+    @property
     def dropped(self) -> int:
         """Entries the ring pushed out since the last clear."""
-        return self.recorded - self.cleared_at - len(self.ring)
+        return self.recorded - self.cleared_at - self.count
 
-    def record(  # noqa: PLR0913, PLR0917 - what AccessLog has at hand, in one call a request
-        self,
-        scope: Scope,
-        seq: int,
-        started_ns: int,
-        duration_ns: int,
-        status: int | None,
-        request_id: bytes,
-    ) -> None:
-        """Note a request that ended, if it was under /v1: its scope, its number (seq) as it
-        arrived, when it arrived (time.perf_counter_ns), how long it took, its status (None:
-        no answer) and request id (which AccessLog has at hand). The body it read
-        (parsing.read_body left it in the scope) is cut to `body_kept` bytes: what the journal
-        gives out, and room for a secret that straddles the cut."""
-        path: str = scope["path"]
-        if scope.get("root_path"):  # route_path only then: a call less for most requests
-            path = route_path(scope)
-        # Under /v1: from "/v1/" up to "/v10" ("0" follows "/"), as middleware.Credentials
-        # tells its prefix (str.startswith parses its arguments as a tuple: 1k instructions).
-        if not (_UNDER_API <= path < _PAST_API or path == API_PREFIX):
+    def pack(self) -> None:
+        """Pack the pending entries as one batch (the headers past HEADERS_KEPT left out),
+        then let go of the oldest batches that the newest `size` entries don't reach."""
+        pending, self.pending = self.pending, []
+        if not pending:
             return
-        body = None
-        if BODY in scope:  # one chunk: joined and cut without a copy
-            body = b"".join(scope[BODY])[: self.body_kept]
-        self.recorded += 1
-        fields = [
-            seq,
-            started_ns,
-            duration_ns,
-            path,
-            status,
-            body,
-            scope["method"],
-            scope["query_string"],
-            scope["headers"],
-            request_id,
-            False,
-        ]
-        packed = _pack(fields)
-        if len(packed) > _COPIED_OVER:  # most entries are not: one look for them
-            # Only a packed entry past HEADERS_KEPT may hold too much of a head (a create's
-            # body alone keeps it under): only then are its headers measured.
-            kept = _headers_kept(scope["headers"]) if len(packed) > HEADERS_KEPT else None
-            if kept is not None:
-                fields[-3:] = [kept, request_id, True]
-                packed = _pack(fields)
-            packed = bytes(memoryview(packed))  # msgspec's grown buffer: 6.3 KB for 4.2 KB
-        self.ring.append(packed)
+        packed = _pack(pending)
+        if len(packed) > HEADERS_KEPT:  # one of them may hold too much of a head
+            bodies = sum(len(fields[5]) for fields in pending if fields[5] is not None)
+            if len(packed) - bodies > HEADERS_KEPT and any(
+                [_cut_headers(fields) for fields in pending]  # each one's, not the first's
+            ):
+                packed = _pack(pending)
+        # Copied to its size: msgspec hands out the buffer it grew, up to half again as large.
+        self.batches.append(bytes(memoryview(packed)))
+        self.sizes.append(len(pending))
+        self.packed += len(pending)
+        self.held += len(pending)
+        while self.held - self.sizes[0] >= self.size:
+            self.batches.popleft()
+            self.held -= self.sizes.popleft()
 
     def copy(self) -> Journal:
         """The journal as it is now, for a thread to read while the loop records on."""
+        self.pack()
         copied = copy.copy(self)
-        copied.ring = collections.deque(self.ring, self.ring.maxlen)
+        copied.batches = collections.deque(self.batches)
+        copied.sizes = collections.deque(self.sizes)
+        copied.pending = []  # the loop goes on appending to the journal's own
         return copied
 
     def clear(self) -> None:
-        self.cleared_at = self.recorded
-        self.ring.clear()
+        self.packed += len(self.pending)  # recorded, never to be given out
+        self.pending = []
+        self.cleared_at = self.packed
+        self.batches.clear()
+        self.sizes.clear()
+        self.held = 0
 
     def entries(
         self,
@@ -174,7 +179,7 @@ class Journal:
         wanted_id = None if request_id is None else _latin1(request_id)
         chosen = [
             recorded
-            for recorded in self._unpacked(self.ring)
+            for recorded in self._unpacked()
             if (method is None or recorded.method == method)
             and (path is None or recorded.path == path)
             and (status is None or recorded.status == status)
@@ -185,10 +190,12 @@ class Journal:
         offset = wall_minus_perf_counter_ns()
         return [self._entry(recorded, offset) for recorded in chosen]
 
-    @staticmethod
-    def _unpacked(ring: Iterable[bytes]) -> list[Recorded]:
-        """The entries in the order their requests arrived (the ring's is that of their ends)."""
-        return sorted(Recorded(*_unpack(packed)) for packed in ring)
+    def _unpacked(self) -> list[Recorded]:
+        """The newest `size` entries, in the order their requests arrived (the batches' is
+        that of their ends)."""
+        self.pack()
+        ended = [fields for packed in self.batches for fields in _unpack(packed)]
+        return sorted(Recorded(*fields) for fields in ended[len(ended) - self.count :])
 
     def _redact(self, text: str) -> str:
         return redact(text, self.secrets)
@@ -276,6 +283,18 @@ class Journal:
             if any(secret in unescaped for secret in self.secrets):
                 return self.in_json.sub(REDACTED, text)
         return self._redact(text)
+
+
+def _cut_headers(fields: list[Any]) -> bool:
+    """Leave out an entry's headers past HEADERS_KEPT, saying so; whether any were."""
+    headers = fields[8]
+    if sum(map(len, itertools.chain.from_iterable(headers))) <= HEADERS_KEPT:  # no loop of ours
+        return False
+    kept = _headers_kept(headers)
+    if kept is None:
+        return False
+    fields[8], fields[10] = kept, True
+    return True
 
 
 def _headers_kept(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]] | None:

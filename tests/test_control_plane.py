@@ -23,12 +23,14 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
+from accesslog import AccessLog
 from app import Petstore, create_app
 from datafile import FileStore
-from journal import Journal
+from journal import BATCH, Journal
 from middleware import BearerAuth
-from routing import BODY, Endpoint, IndexedRouter
+from routing import BODY, SENT_REQUEST_ID, STATUS, Endpoint, IndexedRouter
 from schemas import seed_decoder
 from settings import Settings
 from store import MemoryStore, PetStore
@@ -385,7 +387,7 @@ async def test_journal_is_a_ring_that_counts_what_it_dropped() -> None:
         for number in range(1, 11):
             await plane.get(f"/v1/pets/{number}", headers=AUTH)
             assert app.plane and app.plane.journal
-            assert len(app.plane.journal.ring) == min(number, 3)
+            assert app.plane.journal.count == min(number, 3)
         found = await journal(plane)
         assert [entry["path"] for entry in found["requests"]] == [
             "/v1/pets/8",
@@ -514,6 +516,27 @@ async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redact
     assert long_one["bodyTruncated"] is True
 
 
+async def note(journal_: Journal, scope: dict[str, Any], status: int, request_id: bytes) -> None:
+    """A request that ended with `status` noted in the journal as the service notes it: by
+    AccessLog, around an app that answers nothing but says its status, as BytesResponse does;
+    `request_id` its X-Request-Id."""
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        scope[STATUS] = status
+
+    arrived = {"type": "http", "root_path": "", "query_string": b"", "headers": [], **scope}
+    arrived[SENT_REQUEST_ID] = request_id
+    await AccessLog(answer, None, journal_)(arrived, _no_receive, _no_send)
+
+
+async def _no_receive() -> Message:
+    raise AssertionError("nothing is read")
+
+
+async def _no_send(message: Message) -> None:
+    raise AssertionError("nothing is sent")
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -527,14 +550,14 @@ async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redact
     ],
     ids=["escaped", "shortened", "surrogates"],
 )
-def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
+async def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
     """Every key is redacted whole or not given out, however the body's 4096-byte cut falls."""
     # The cut may fall on a key escaped, after keys that redaction shortened, or as a surrogate
     # pair.
     secrets = (KEY, "Ab\U0001f600")
     journal_ = Journal(10, secrets)
     scope = {"path": "/v1/pets", "method": "POST", "query_string": b"", "headers": []}
-    journal_.record({**scope, BODY: [body.encode()]}, 1, 0, 1000, 201, b"id-1")
+    await note(journal_, {**scope, BODY: [body.encode()]}, 201, b"id-1")
     (entry,) = journal_.entries()
     assert entry.bodyTruncated is True
     assert isinstance(entry.body, str)
@@ -548,7 +571,7 @@ def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
             assert not unescaped.endswith(secret[:size]), (secret[:size], given[-80:])
 
 
-def test_journal_times_follow_the_wall_clock_when_it_is_set(
+async def test_journal_times_follow_the_wall_clock_when_it_is_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An entry's time follows the wall clock when it is set, as the access log's does."""
@@ -557,7 +580,7 @@ def test_journal_times_follow_the_wall_clock_when_it_is_set(
     # used to be taken once, at the start.
     journal_ = Journal(10, [KEY])
     scope = {"path": "/v1/pets", "method": "GET", "query_string": b"", "headers": []}
-    journal_.record(scope, 1, time.perf_counter_ns(), 1000, 200, b"id-1")
+    await note(journal_, scope, 200, b"id-1")
     (before,) = journal_.entries()
     hour = 3600 * 10**9
     real_time_ns = time.time_ns
@@ -569,18 +592,16 @@ def test_journal_times_follow_the_wall_clock_when_it_is_set(
     assert 3599 < moved.total_seconds() < 3601
 
 
-def test_a_password_with_an_ampersand_across_two_parameters_is_redacted() -> None:
+async def test_a_password_with_an_ampersand_across_two_parameters_is_redacted() -> None:
     """A password with a raw `&` across two query parameters is redacted, the query decoded."""
     # A database password may hold a raw `&`: in a query with its other characters percent-encoded
     # it spans two parameters, which decoded one at a time hold no secret; the query is then given
     # out decoded whole, redacted.
     journal_ = Journal(10, [KEY, "p\u00e4&ss+w\u00f6rd"])
     scope = {"path": "/v1/pets", "method": "GET", "headers": []}
-    journal_.record(
-        {**scope, "query_string": b"x=p%C3%A4&ss%2Bw%C3%B6rd&y=1%2B1"}, 1, 0, 0, 200, b"a"
-    )
-    journal_.record(
-        {**scope, "query_string": b"q=a%26b&x=p%C3%A4%26ss%2Bw%C3%B6rd"}, 2, 0, 0, 200, b"b"
+    await note(journal_, {**scope, "query_string": b"x=p%C3%A4&ss%2Bw%C3%B6rd&y=1%2B1"}, 200, b"a")
+    await note(
+        journal_, {**scope, "query_string": b"q=a%26b&x=p%C3%A4%26ss%2Bw%C3%B6rd"}, 200, b"b"
     )
     whole, alone = journal_.entries()
     assert whole.query == "x=[redacted]&y=1+1"
@@ -623,8 +644,11 @@ async def test_journal_memory_is_bounded() -> None:
         for number in range(3000):
             body = [bytes(bytearray(8192))]  # its own, over the limit: cut to body_kept bytes
             arrived = {**scope(number), BODY: body}
-            journal_.record(arrived, number + 1, 0, 1000, 201, b"0123abcd-%x" % number)
-            assert len(journal_.ring) == min(number + 1, 1000)
+            await note(journal_, arrived, 201, b"0123abcd-%x" % number)
+            assert journal_.count == min(number + 1, 1000)  # what it gives out
+            # What it holds past that: fewer than a batch packed, fewer than a batch pending.
+            assert journal_.held < 1000 + BATCH
+            assert len(journal_.pending) < BATCH
         used, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -632,7 +656,22 @@ async def test_journal_memory_is_bounded() -> None:
     assert used < 5_000_000, used
     # Nothing in the ring for the garbage collector to go through again and again: no entry
     # is a container that the collector tracks.
-    assert not any(map(gc.is_tracked, journal_.ring))
+    assert not any(map(gc.is_tracked, journal_.batches))
+
+
+async def test_a_read_takes_the_journal_as_it_is_when_it_begins() -> None:
+    """A read's copy holds the requests that had ended when it began, not those after."""
+    # The JSON is built in a thread from a copy while the loop goes on noting requests; the
+    # copy once shared the list the loop appends the newest requests to.
+    journal_ = Journal(1000, [KEY])
+    scope = {"path": "/v1/pets", "method": "GET"}
+    for number in range(BATCH + 3):  # a batch packed, three pending
+        await note(journal_, scope, 200, b"before-%d" % number)
+    copied = journal_.copy()
+    await note(journal_, scope, 200, b"after")
+    assert [entry.requestId for entry in copied.entries()][-1] == f"before-{BATCH + 2}"
+    assert (len(copied.entries()), copied.dropped) == (BATCH + 3, 0)
+    assert len(journal_.entries()) == BATCH + 4
 
 
 async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
@@ -646,16 +685,16 @@ async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
     try:
         for number in range(1000):
             arrived = {**big, "headers": [(b"host", b"x"), *pads]}
-            journal_.record(arrived, number + 1, 0, 1000, 401, b"id-%d" % number)
+            await note(journal_, arrived, 401, b"id-%d" % number)
         used, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     small = {**big, "headers": [(b"host", b"x"), *pads[:2]]}
-    journal_.record(small, 1001, 0, 1000, 401, b"small")
+    await note(journal_, small, 401, b"small")
     first = {**big, "headers": [(b"x-big", b"b" * 40_000), (b"host", b"x")]}
-    journal_.record(first, 1002, 0, 1000, 401, b"first")  # nothing kept (it once kept all)
+    await note(journal_, first, 401, b"first")  # nothing kept (it once kept all)
     just_past = {**big, "headers": [(b"x-%d" % n, b"j" * 1000) for n in range(17)]}
-    journal_.record(just_past, 1003, 0, 1000, 401, b"just")  # 17 KB: kept whole, it was
+    await note(journal_, just_past, 401, b"just")  # 17 KB: kept whole, it was
     *_, cut, whole, none, sixteen = journal_.entries()
     assert used < 25_000_000, used
     assert (none.headers, none.headersTruncated) == ({}, True)
