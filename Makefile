@@ -33,6 +33,7 @@ image-test:
 
 bench: install
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/at_once.py
 	$(BIN)/python bench/durability.py
 	$(BIN)/python bench/idempotent_creates.py
 	$(BIN)/python bench/replicas.py
