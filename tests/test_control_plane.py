@@ -659,6 +659,23 @@ async def test_journal_memory_is_bounded() -> None:
     assert not any(map(gc.is_tracked, journal_.batches))
 
 
+async def test_the_journal_takes_what_is_under_v1_past_the_root_path() -> None:
+    """/v1 and what is under it, past a root path the server set, and nothing else."""
+    # AccessLog decides which requests go into the journal, by their path without the root path
+    # (which uvicorn puts in front of the path, as ASGI says).
+    journal_ = Journal(10, [KEY])
+    for root, path in [
+        ("/store", "/store/v1/pets/7"),  # journaled as /v1/pets/7
+        ("", "/v1"),
+        ("", "/v10/pets"),  # not under /v1
+        ("/store", "/store/healthz"),
+        ("", "/_admin/requests"),
+        ("", "/v1/pets"),
+    ]:
+        await note(journal_, {"root_path": root, "path": path, "method": "GET"}, 200, b"id")
+    assert [entry.path for entry in journal_.entries()] == ["/v1/pets/7", "/v1", "/v1/pets"]
+
+
 async def test_a_read_takes_the_journal_as_it_is_when_it_begins() -> None:
     """A read's copy holds the requests that had ended when it began, not those after."""
     # The JSON is built in a thread from a copy while the loop goes on noting requests; the
