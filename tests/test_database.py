@@ -67,6 +67,14 @@ async def replica(url: str, **settings: Any) -> AsyncIterator[httpx.AsyncClient]
         yield http
 
 
+async def beside(postgres: Cluster, statement: str, url: str) -> None:
+    """Run a statement in the database of `url` with psql while an in-process service runs on
+    this loop: in a thread, so that the service's transactions go on meanwhile. Run on the
+    loop, psql waited for a lock that a transaction of the service's held, which could not end
+    while the loop waited for psql: the suite hung (test_a_table_renamed_away_..., 2026-11-28)."""
+    await asyncio.to_thread(postgres.sql, statement, Cluster.name(url))
+
+
 def keyed(key: str) -> dict[str, str]:
     return {"Idempotency-Key": key}
 
@@ -166,7 +174,7 @@ async def test_ids_end_below_the_counter_s_last_value(url: str, postgres: Cluste
     # database's "bigint out of range".
     async with replica(url) as http:
         await http.post("/v1/pets", json=REX)
-        postgres.sql("UPDATE petstore_ids SET next_id = 9223372036854775805", Cluster.name(url))
+        await beside(postgres, "UPDATE petstore_ids SET next_id = 9223372036854775805", url)
         made = [await http.post("/v1/pets", json=TOM) for _ in range(3)]
         assert [answer.status_code for answer in made[:2]] == [201, 201]
         assert [answer.json()["id"] for answer in made[:2]] == [2**63 - 3, 2**63 - 2]
@@ -230,10 +238,9 @@ async def test_a_table_renamed_away_is_an_outage_the_service_recovers_from(
     """A table renamed away: readyz, creates and reads are 503 naming it; ready again once back."""
     # The check had ended at the first such error, leaving readiness as it last was; and with
     # petstore_pets away, readyz said ready while every request was a 500.
-    database = Cluster.name(url)
     async with replica(url) as http:
         assert (await http.post("/v1/pets", json=REX)).status_code == 201
-        postgres.sql(f"ALTER TABLE {table} RENAME TO {table}_away", database)
+        await beside(postgres, f"ALTER TABLE {table} RENAME TO {table}_away", url)
 
         async def ready(status: int) -> bool:
             return (await http.get("/readyz")).status_code == status
@@ -244,7 +251,7 @@ async def test_a_table_renamed_away_is_an_outage_the_service_recovers_from(
         assert_error(await http.post("/v1/pets", json=REX), 503, "storage_unavailable")
         assert_error(await http.get("/v1/pets/1"), 503, "storage_unavailable")
         assert_error(await http.get("/v1/pets"), 503, "storage_unavailable")
-        postgres.sql(f"ALTER TABLE {table}_away RENAME TO {table}", database)
+        await beside(postgres, f"ALTER TABLE {table}_away RENAME TO {table}", url)
         await eventually(lambda: ready(200), "readyz 200 again")
         assert (await http.post("/v1/pets", json=REX)).status_code == 201
         assert (await http.get("/v1/pets/1")).status_code == 200
