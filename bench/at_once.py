@@ -50,6 +50,7 @@ from common import (
     WrkResult,
     argument_parser,
     p50_p99,
+    pair_ratios,
     parse_arguments,
     print_table,
     run_benchmark,
@@ -67,6 +68,10 @@ SERVICE: Final = "service"
 TWIN: Final = "twin"
 PLANE_ON: Final = "plane on"
 NAMES: Final = tuple(scenario.name for scenario in SCENARIOS)
+
+
+def _per_cpu_second(run: WrkResult) -> float:
+    return run.per_cpu_second
 
 
 @dataclass(frozen=True)
@@ -114,16 +119,13 @@ def at_once(
         return {name: future.result() for name, future in started.items()}
 
 
-def ratios(mine: Sequence[WrkResult], theirs: Sequence[WrkResult]) -> list[float]:
-    """Requests per CPU-second, run by run (each pair ran at once)."""
-    return [a.per_cpu_second / b.per_cpu_second for a, b in zip(mine, theirs, strict=True)]
-
-
 def bench(tmp: Path, chosen: Sequence[Scenario], options: Options, pin: Pinning) -> list[Target]:
     measured = {scenario.name: Runs(scenario) for scenario in chosen}
     for store in ("memory", "file"):
         scenarios = [s for s in chosen if s.store == store]
-        for number in range(1, options.processes + 1 if scenarios else 1):
+        if not scenarios:
+            continue
+        for number in range(1, options.processes + 1):
             print(f"{store} store, processes {number} of {options.processes}", file=sys.stderr)
             here = tmp / f"{store}-{number}"
             here.mkdir()
@@ -146,8 +148,8 @@ def bench(tmp: Path, chosen: Sequence[Scenario], options: Options, pin: Pinning)
     rows, targets = [], []
     for runs in measured.values():
         service = runs.by_server[SERVICE]
-        plane = ratios(runs.by_server[PLANE_ON], service)
-        twin = ratios(runs.by_server[TWIN], service)
+        plane = pair_ratios(runs.by_server[PLANE_ON], service, _per_cpu_second)
+        twin = pair_ratios(runs.by_server[TWIN], service, _per_cpu_second)
         ratio = statistics.median(plane)
         passed = ratio >= PLANE_TARGET
         q1, _, q3 = statistics.quantiles(plane, n=4) if len(plane) > 1 else (ratio,) * 3
