@@ -59,12 +59,13 @@ def _head(
     content, length = [STATUS_LINE[status]], None
     try:
         for header in (*default_headers, *headers):
-            if header is request_id:  # AccessLog's: visible ASCII only
-                line = b"x-request-id: %s\r\n" % header[1]
-            elif (found := _lines.get(header) or _line(header)) is not None:
-                line = found
-            else:
-                return None
+            # The request id is never among the lines kept: looked for only where they miss
+            # (a look at every header cost the head of a getPet 650 instructions more).
+            if (line := _lines.get(header)) is None:
+                if header is request_id:  # AccessLog's: visible ASCII only
+                    line = b"x-request-id: %s\r\n" % header[1]
+                elif (line := _line(header)) is None:
+                    return None
             if length is None and header[0] == b"content-length":
                 length = header[1]
             content.append(line)
