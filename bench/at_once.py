@@ -58,7 +58,17 @@ from common import (
     serve,
     verdict,
 )
-from run import CONNECTIONS, FILL, GET_ID, PLANE_FLAGS, PLANE_TARGET, SCENARIOS, Scenario, fill
+from run import (
+    CONNECTIONS,
+    FILL,
+    GET_ID,
+    NAMES,
+    PLANE_FLAGS,
+    PLANE_TARGET,
+    SCENARIOS,
+    Scenario,
+    fill,
+)
 
 PROCESSES: Final = 3
 ROUNDS: Final = 4
@@ -67,11 +77,6 @@ WARMUP: Final = 2
 SERVICE: Final = "service"
 TWIN: Final = "twin"
 PLANE_ON: Final = "plane on"
-NAMES: Final = tuple(scenario.name for scenario in SCENARIOS)
-
-
-def _per_cpu_second(run: WrkResult) -> float:
-    return run.per_cpu_second
 
 
 @dataclass(frozen=True)
@@ -148,8 +153,8 @@ def bench(tmp: Path, chosen: Sequence[Scenario], options: Options, pin: Pinning)
     rows, targets = [], []
     for runs in measured.values():
         service = runs.by_server[SERVICE]
-        plane = pair_ratios(runs.by_server[PLANE_ON], service, _per_cpu_second)
-        twin = pair_ratios(runs.by_server[TWIN], service, _per_cpu_second)
+        plane = pair_ratios(runs.by_server[PLANE_ON], service, lambda run: run.per_cpu_second)
+        twin = pair_ratios(runs.by_server[TWIN], service, lambda run: run.per_cpu_second)
         ratio = statistics.median(plane)
         passed = ratio >= PLANE_TARGET
         q1, _, q3 = statistics.quantiles(plane, n=4) if len(plane) > 1 else (ratio,) * 3
