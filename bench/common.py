@@ -170,21 +170,24 @@ def spawn(
 
 
 @contextlib.contextmanager
-def serve(
+def serve(  # noqa: PLR0913 - the tree to run is a sixth, named
     data: Path | None,
     log: Path,
     pin: Pinning,
     log_level: str = "warning",
     extra: Sequence[str] = (),
+    *,
+    root: Path = ROOT,
 ) -> Iterator[Server]:
     """Spawn `python app.py` (file store on `data`, else in memory); stopped on the way out.
 
     `log_level` "info" turns the service's access log on (to stdout, i.e. to `log`); `extra`
-    are more flags. It yields at once, without waiting for readiness.
+    are more flags; `root` the tree whose app.py runs (a copy changed for a comparison). It
+    yields at once, without waiting for readiness.
     """
     port = free_port()
     flags = f"--port {port} --api-key {API_KEY} --log-level {log_level}".split()
-    argv = [*pin.server, sys.executable, str(ROOT / "app.py"), *flags, *extra]
+    argv = [*pin.server, sys.executable, str(root / "app.py"), *flags, *extra]
     if data is not None:
         argv += ["--data", str(data)]
     # The flags say everything: no PETSTORE_* setting of the caller's shell leaks in.
