@@ -295,12 +295,16 @@ def schema_hook(type_: type) -> dict[str, Any]:
 
 def exact_number(text: str) -> decimal.Decimal | float:
     """A JSON number with a fraction or an exponent, exactly (the decoders' float_hook). One
-    whose exponent is past what a Decimal holds (`1e99999999999999999999`) is an infinite
-    Decimal when it is that large, else the float it rounds to (0.0: no whole number), so that
-    it is refused like any number out of range instead of raising InvalidOperation."""
+    whose exponent is past what a Decimal holds (`1e99999999999999999999`) is zero when its
+    digits are (`0e99999999999999999999`), an infinite Decimal when it is that large, else the
+    float it rounds to (0.0: no whole number), so that it is refused like any number out of
+    range instead of raising InvalidOperation."""
     try:
         return decimal.Decimal(text)
     except decimal.InvalidOperation:
+        digits = text.partition("e")[0].partition("E")[0]
+        if not digits.strip("-0."):
+            return decimal.Decimal(0)
         rounded = float(text)
         return decimal.Decimal(rounded) if math.isinf(rounded) else rounded
 

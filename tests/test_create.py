@@ -128,6 +128,11 @@ async def test_pet_without_status_matches_no_status_filter(
         ("9223372036854775807", 2**63 - 1),
         ("-9223372036854775808", -(2**63)),
         ("-9.223372036854775808e18", -(2**63)),
+        # A zero with an exponent past what a Decimal holds is still zero.
+        ("0e99999999999999999999", 0),
+        ("-0e99999999999999999999", 0),
+        ("0.00E+99999999999999999999", 0),
+        ("0e-99999999999999999999", 0),
     ],
 )
 async def test_integral_number_is_accepted_as_that_integer(
