@@ -206,14 +206,17 @@ class Journal:
     def _redact_query(self, query: str) -> str:
         """A query with each secret redacted, as sent or hidden in a parameter's encoding: that
         parameter is given out decoded, the others as sent (decoded whole, `q=a%26b` read as
-        two parameters, and `+` as a space)."""
-        decode = urllib.parse.unquote_plus
-        redacted = "&".join(
-            self._redact_encoded(parameter, decode) for parameter in self._redact(query).split("&")
-        )
+        two parameters). A `+` is read both ways: as a space (a form's encoding) and as itself
+        (RFC 3986's, which leaves a key's `+` raw and may encode its `=`)."""
+        redacted = "&".join(map(self._redact_parameter, self._redact(query).split("&")))
         # A secret holding a raw "&" (a database password may) spans two parameters: the
         # query is then given out decoded whole.
-        return self._redact_encoded(redacted, decode)
+        return self._redact_parameter(redacted)
+
+    def _redact_parameter(self, text: str) -> str:
+        for decode in (urllib.parse.unquote_plus, urllib.parse.unquote):
+            text = self._redact_encoded(text, decode)
+        return text
 
     def _redact_name(self, name: str) -> str:
         """A header's name, which the server lower-cases, with any key in it redacted."""

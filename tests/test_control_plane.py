@@ -516,6 +516,25 @@ async def test_a_key_hidden_by_an_encoding_a_case_a_cut_or_another_key_is_redact
     assert long_one["bodyTruncated"] is True
 
 
+async def test_a_key_with_a_plus_in_a_query_is_redacted_however_the_plus_is_read() -> None:
+    """A key holding `+` (base64's), sent in a query with its `+` raw and another character
+    percent-encoded, as RFC 3986 encoders write it: `+` read as a space (a form's decoding)
+    hides the key, read as itself it is the key. Both readings are redacted."""
+    api_key, admin_key = "api.key_0123456789AB", "Adm+in/Key~0123456789=="
+    settings = Settings(api_keys=(api_key,), admin_keys=(admin_key,))
+    auth = {"Authorization": f"Bearer {api_key}"}
+    sent = ["Adm+in/Key~0123456789%3D%3D", "Adm+in%2FKey~0123456789==", "Adm%2Bin/Key~0123456789=="]
+    async with running(plane_app(settings)) as plane:
+        for query in sent:
+            await plane.get(f"/v1/pets?q={query}&p=1+2", headers=auth)
+        admin = {"Authorization": f"Bearer {admin_key}"}
+        response = await plane.get("/_admin/requests", headers=admin)
+    queries = [entry["query"] for entry in response.json()["requests"]]
+    assert queries == ["q=[redacted]&p=1+2"] * len(sent)
+    for query in sent:
+        assert query not in response.text
+
+
 async def note(journal_: Journal, scope: dict[str, Any], status: int, request_id: bytes) -> None:
     """A request that ended with `status` noted in the journal as the service notes it: by
     AccessLog, around an app that answers nothing but says its status, as BytesResponse does;
