@@ -153,7 +153,7 @@ class PetRoutes:
             require_json(scope)
         except (Refused, IdempotencyConflict):
             if self.journaled:  # what it sent, as an injected fault's create: for the journal
-                await read_body_start(scope, receive, self.journaled)
+                await read_body_start(scope, receive, self.journaled, self.max_body)
             raise
         new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
         pet, replayed = await self.store.add(new_pet, key)  # its 409 or 422: Endpoint's
@@ -230,7 +230,8 @@ def create_app(
         journal = None
         if settings.journal_size:
             journal = Journal(settings.journal_size, settings.secrets)
-        plane = ControlPlane(store, journal, Faults(chance, journal.body_kept if journal else 0))
+        journaled = journal.body_kept if journal else 0
+        plane = ControlPlane(store, journal, Faults(chance, journaled, settings.max_body))
     handlers = PetRoutes(store, settings, health, plane.faults.journaled if plane else 0)
     deprecation = {
         "Deprecation": DEPRECATION,

@@ -65,11 +65,13 @@ class Faults:
     All of it runs on the event loop, between two awaits, so taking a rule and counting down
     its `times` is one step: a rule with `times: N` serves exactly N requests however many
     arrive at once. `journaled`: how much of an injected create's body to read first, for the
-    journal (Journal.body_kept; 0, none): the attempt a retry is compared with."""
+    journal (Journal.body_kept; 0, none): the attempt a retry is compared with; none of one
+    whose Content-Length is over `max_body`."""
 
-    def __init__(self, chance: Callable[[], float], journaled: int = 0) -> None:
+    def __init__(self, chance: Callable[[], float], journaled: int, max_body: int) -> None:
         self.chance = chance  # a draw in [0, 1); tests inject their own
         self.journaled = journaled
+        self.max_body = max_body
         self.rules: list[FaultRule] = []
         self.ids = itertools.count(1)
 
@@ -118,7 +120,7 @@ class Faults:
             return Interception(Unanswered())
         if fault.status is not None:
             if self.journaled and scope["method"] == "POST":  # nothing of it is carried out
-                await read_body_start(scope, receive, self.journaled)
+                await read_body_start(scope, receive, self.journaled, self.max_body)
             return Interception(_injected(fault))
         if not fault.applied:  # a rule's delay: no Prefer to answer
             return Interception(None)

@@ -196,11 +196,18 @@ def _too_large(limit: int) -> Refused:
     )
 
 
+def _declared_over(scope: Scope, limit: int) -> bool:
+    """Whether the request's Content-Length says its body is over `limit` bytes."""
+    declared = header(scope, b"content-length")
+    return (
+        declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit
+    )
+
+
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The whole body, refused early (by Content-Length) or as soon as it passes `limit`. What
     was read of it stays in scope[BODY], as chunks (the journal keeps createPet's)."""
-    declared = header(scope, b"content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
+    if _declared_over(scope, limit):
         raise _too_large(limit)
     chunks: list[bytes] = []
     scope[BODY] = chunks
@@ -218,14 +225,16 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return b"".join(chunks)
 
 
-async def read_body_start(scope: Scope, receive: Receive, most: int) -> None:
+async def read_body_start(scope: Scope, receive: Receive, most: int, limit: int) -> None:
     """Read the body into scope[BODY], as read_body does, until it ends or passes `most` bytes,
     the rest left unread: for the journal, the body of a create that is refused (an injected
     status, a 409, a 415) and answered once it is read. Not when its client waits for a `100
-    Continue` (reading would ask it for what is refused: the answer goes at once); ClientGone
-    when the client leaves meanwhile."""
+    Continue` (reading would ask it for what is refused), nor when its Content-Length is over
+    `limit` (the service reads none of such a body: its client may wait for the answer before
+    sending it, as a 413 lets it): the answer goes at once. ClientGone when the client leaves
+    meanwhile."""
     expect = header(scope, b"expect")
-    if expect is not None and expect.lower() == "100-continue":
+    if (expect is not None and expect.lower() == "100-continue") or _declared_over(scope, limit):
         return
     chunks: list[bytes] = []
     scope[BODY] = chunks

@@ -423,6 +423,32 @@ def test_a_refused_create_waiting_for_100_continue_is_answered_at_once(
     assert [(entry["status"], "body" in entry) for entry in journal] == [(415, False), (503, False)]
 
 
+def test_a_refused_create_declared_over_the_limit_is_answered_at_once(
+    start_server: ServerFactory,
+) -> None:
+    """A refused create whose Content-Length is over the limit is answered at once, bodiless."""
+    # With the plane on, a refused create's body is read for the journal: one declared past the
+    # limit, whose client sent a piece of it and waits for the answer (as the 413 lets it),
+    # got none until the client timeout closed the connection.
+    server = start_server("--admin-key", ADMIN_KEY, "--max-body", "1000")
+    over = POST_HEAD.replace(b"Content-Length: 100", b"Content-Length: 2000") + b'{"name":'
+    for head, status in (
+        (over.replace(b"application/json", b"text/plain"), b"415"),
+        (over.replace(b"Content-Length:", b"Prefer: code=503\r\nContent-Length:"), b"503"),
+        (over, b"413"),
+    ):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(head)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 %b " % status)  # one write
+    with server.client() as http:
+        journal = http.get("/_admin/requests", headers=ADMIN).json()["requests"]
+    assert [(entry["status"], "body" in entry) for entry in journal] == [
+        (415, False),
+        (503, False),
+        (413, False),
+    ]
+
+
 def test_an_answer_before_a_100_continue_closes_the_connection(start_server: ServerFactory) -> None:
     """An answer sent before its body was asked for (`Expect: 100-continue`) closes it."""
     # It was kept open with the body unsent: the client's next request would be read as that body.
