@@ -258,9 +258,25 @@ def decode_new_pet(body: bytes) -> NewPet:
         # when the syntax breaks further on (`[1,2,`, `{"id":1} x`): not JSON wins over that.
         if (problem := json_problem(body)) is not None:
             raise _malformed(problem) from None
-        raise invalid(in_json_words(str(error))) from None
+        raise invalid(in_json_words(_number_where_none_goes(str(error)))) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         raise _malformed(not_json_reason(error, body)) from None
+
+
+# What NewPet wants where no number goes, as msgspec names it ("" the body itself).
+_NO_NUMBER_AT: Final = {"": "object", "$.name": "str", "$.status": "str"}
+
+
+def _number_where_none_goes(message: str) -> str:
+    """msgspec's message, or for a number it can't make (past 4,300 digits, or past a float's
+    range) in a place that wants no number, what it says of a number it can make there: it
+    reads the number before it looks at the place, and said "Number out of range" (where a
+    number goes, categoryId's hook says "Integer value out of range")."""
+    problem, _, place = message.partition(" - at ")
+    wanted = _NO_NUMBER_AT.get(place.strip("`"))
+    if problem != "Number out of range" or wanted is None:
+        return message
+    return f"Expected `{wanted}`, got `float`{message[len(problem) :]}"
 
 
 def decode_fault_rule(body: bytes) -> NewFaultRule:
