@@ -32,6 +32,10 @@ UNAVAILABLE: Final = (
     # A table renamed or dropped: an outage until it is back (a revoked right is a 500).
     asyncpg.exceptions.UndefinedTableError,
     asyncpg.exceptions.UndefinedColumnError,
+    # A connection the server ended in the middle of an operation (pg_terminate_backend, a
+    # failover), whose next statement finds the driver's state broken: "cannot switch to state
+    # 12; another operation (2) is in progress" (asyncpg issue #1069). `answered` closes it.
+    asyncpg.exceptions.InternalClientError,
 )
 # Taken while a process makes the tables or seeds them, so that replicas starting together
 # don't race (CREATE TABLE IF NOT EXISTS alone is not safe under concurrency).
@@ -168,10 +172,11 @@ async def answered(
     cancellation at shutdown, is closed at once: the driver would otherwise wait for its
     cancel request before taking it back, which a server that stopped answering (a network
     partition) never takes; a request waited twice the timeout for its 503, and one the
-    shutdown cut off was never answered. (The same with pool.fetchval and the like.)"""
+    shutdown cut off was never answered. (The same with pool.fetchval and the like.) So is one
+    whose state the driver lost (InternalClientError), rather than lent again as it is."""
     async with pool.acquire() as connection:
         try:
             return await getattr(connection, method)(*args)
-        except (TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError, asyncpg.exceptions.InternalClientError):
             connection.terminate()
             raise

@@ -257,6 +257,57 @@ async def test_a_table_renamed_away_is_an_outage_the_service_recovers_from(
         assert (await http.get("/v1/pets/1")).status_code == 200
 
 
+async def test_connections_the_server_ends_under_load_are_503s_never_500s(
+    url: str, postgres: Cluster
+) -> None:
+    """Backends ended under creates and reads (pg_terminate_backend): 503s, never a 500; every
+    201 stored."""
+    # A connection the server ended mid-operation made its next statement raise asyncpg's
+    # InternalClientError ("cannot switch to state 12"), which answered 500 internal_error, to a
+    # whole batch of creates at once, and went back to the pool to fail again.
+    statuses: list[int] = []
+    created: list[dict[str, Any]] = []
+    terminate = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    async with replica(url) as http:
+
+        async def creates() -> None:
+            for _ in range(30):
+                answer = await http.post("/v1/pets", json=REX)
+                statuses.append(answer.status_code)
+                if answer.status_code == 201:
+                    created.append(answer.json())
+                elif answer.status_code == 503:
+                    assert_error(answer, 503, "storage_unavailable")
+
+        async def reads() -> None:
+            for _ in range(30):
+                statuses.append((await http.get("/v1/pets/1")).status_code)
+
+        async def answered(count: int) -> bool:
+            return len(statuses) >= count
+
+        for _ in range(15):
+            before = len(statuses)
+            load = [asyncio.create_task(work()) for work in (creates,) * 4 + (reads,) * 2]
+            # Ended under way: the backends are mid-operation.
+            await eventually(lambda: answered(before + 6), "the load under way")  # noqa: B023
+            await beside(postgres, terminate, url)
+            await asyncio.gather(*load)
+        await eventually(
+            lambda: _says_ready(http), "ready again once the backends ended are replaced"
+        )
+        for pet in created:
+            assert (await http.get(f"/v1/pets/{pet['id']}")).json() == pet
+    assert set(statuses) <= {200, 201, 404, 503}, sorted(set(statuses))
+
+
+async def _says_ready(http: httpx.AsyncClient) -> bool:
+    return (await http.get("/readyz")).status_code == 200
+
+
 async def test_a_role_that_may_only_use_the_tables_runs_the_service(
     url: str, postgres: Cluster
 ) -> None:
