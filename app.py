@@ -38,7 +38,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, KeysInFlight
 from journal import Journal
-from logs import access_log_stream, refuse_start, start_logging
+from logs import access_log_stream, refuse_start, start_logging, wait_for_outlets
 from metrics import CONTENT_TYPE_LATEST, FOLD_EVERY, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
@@ -80,6 +80,7 @@ from server import (
     bound_socket,
     check_workers,
     serve,
+    stop_at_once,
     uvicorn_config,
     warn_of_unread,
 )
@@ -249,6 +250,7 @@ def create_app(
         if counts is not None:
             tasks.append(asyncio.create_task(counts.fold_every(FOLD_EVERY)))
         health.started = True
+        stop_at_once(health.stop)  # under `uvicorn app:app`; `python app.py`'s server does it
         try:
             yield
         finally:
@@ -259,6 +261,7 @@ def create_app(
             await asyncio.gather(*tasks, return_exceptions=True)
             await store.close()
             log.flush()
+            wait_for_outlets()  # the process may end at once: uvicorn raises its signal again
 
     async def scrape(scope: Scope, receive: Receive) -> Response:
         # `metrics` is made below, once the router it asks for templates exists.
@@ -303,13 +306,12 @@ def create_app(
         counts = RequestCounts(router.template)
         metrics = Metrics(counts, store, store if isinstance(store, FileStore) else None)
     journal = plane.journal if plane else None
-    json_lines = settings.log_format == "json"
     app = log = AccessLog(
         app,
         access_log,
         journal,
         counts,
-        json_lines=json_lines,
+        json_lines=settings.log_format == "json",
         secrets=settings.secrets,
         prefer=plane is not None,
         forwarded=settings.forwarded,

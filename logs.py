@@ -104,7 +104,10 @@ class Outlet:
     answering, SIGTERM included. Past `limit` characters waiting, text is dropped and counted;
     a warning says how many lines once the reader reads again. A failed write (the reader is
     gone) is raised by the next `write`, when `raise_errors` (the access log stops then); else
-    everything after it is dropped. At exit it waits a little for what is queued."""
+    everything after it is dropped. At exit it waits a little for what is queued, and once the
+    exit has begun (wait_for_outlets), each write waits for its text to be written, within the
+    exit's budget: uvicorn ends the process by raising the signal it caught again, and logs
+    its last lines just before."""
 
     def __init__(self, stream: TextIO, name: str, *, raise_errors: bool = False) -> None:
         self.stream = stream
@@ -132,6 +135,8 @@ class Outlet:
                 self._queued.append(text)
                 self._size += len(text)
                 self._changed.notify()
+        if _exit_wait_ends is not None:
+            self.wait(_exit_wait_ends - time.monotonic())
         return len(text)
 
     def flush(self) -> None:
@@ -191,8 +196,10 @@ def unblocked_handler(stream: TextIO) -> logging.StreamHandler[Outlet]:
 @atexit.register
 def wait_for_outlets() -> None:
     """Let every Outlet write what it holds, EXIT_WAIT_SECONDS at most in all, over every
-    call: the exit waits twice (before uvicorn raises SIGTERM again, server.py, which ends the
-    process at once; and at exit), and a reader that is gone is waited for once."""
+    call and every write after the first call: the exit waits at the lifespan's end (app.py),
+    before uvicorn raises SIGTERM again (server.py under `python app.py`; under `uvicorn
+    app:app` each write waits), which ends the process at once, and at exit; a reader that is
+    gone is waited for once."""
     global _exit_wait_ends  # noqa: PLW0603 - one budget for the process's exit
     if _exit_wait_ends is None:
         _exit_wait_ends = time.monotonic() + EXIT_WAIT_SECONDS

@@ -60,7 +60,7 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)  # the lifespan (the store loaded), then the listening socket
         self.loop = asyncio.get_running_loop()  # from now on a stop closes the listeners at once
         if self.started and self.stopped_by is not None:  # one came during the lifespan's start
-            self._stop_taking_requests()
+            stop_taking_requests(self)
             self._stopped_before_serving()
             return
         if self.started and sockets is not None:  # uvicorn says where only of what it bound
@@ -99,14 +99,7 @@ class _Server(uvicorn.Server):
             self.loop.call_soon_threadsafe(self._stop_taking_requests)
 
     def _stop_taking_requests(self) -> None:
-        """The first steps of uvicorn's shutdown, at once rather than at its next check (every
-        0.1 s), in which new connections were taken and served (a create's 201) while /readyz
-        said 503: the listening sockets closed, and each connection to end after the answer
-        it is giving (an idle one now). uvicorn's shutdown does them again: nothing more."""
-        for server in self.servers:
-            server.close()
-        for connection in list(self.server_state.connections):
-            connection.shutdown()
+        stop_taking_requests(self)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -127,6 +120,44 @@ class _Server(uvicorn.Server):
             finally:  # back before uvicorn raises the signals again, as it puts back its own
                 if hangup is not None:
                     signal.signal(signal.SIGHUP, hangup)
+
+
+def stop_taking_requests(server: uvicorn.Server) -> None:
+    """The first steps of uvicorn's shutdown, at once rather than at its next check (every
+    0.1 s), in which new connections were taken and served (a create's 201) while /readyz said
+    503: the listening sockets closed, and each connection to end after the answer it is
+    giving (an idle one now). uvicorn's shutdown does them again: nothing more."""
+    for listener in server.servers:
+        listener.close()
+    for connection in list(server.server_state.connections):
+        connection.shutdown()
+
+
+def stop_at_once(on_exit: Callable[[], None]) -> None:
+    """Under `uvicorn app:app` (called as the lifespan starts), a SIGTERM or SIGINT that turns
+    /readyz to 503 (`on_exit`) and stops taking requests at once, as under `python app.py`:
+    uvicorn's server acts on them at its next check, and took and served new connections
+    meanwhile, /readyz 200 among them. Its handlers, bound methods of that server, are
+    wrapped; it puts back the ones from before its start when it ends. Elsewhere (`python app.py`,
+    whose server does this itself; a test's transport; another server) nothing is changed."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        server = getattr(handler, "__self__", None)
+        if not isinstance(server, uvicorn.Server) or isinstance(server, _Server):
+            continue
+
+        def handle(
+            signum: int,
+            frame: FrameType | None,
+            handler: Callable[[int, FrameType | None], None] = handler,  # type: ignore[assignment]
+            server: uvicorn.Server = server,
+        ) -> None:
+            on_exit()
+            handler(signum, frame)
+            loop.call_soon_threadsafe(stop_taking_requests, server)
+
+        signal.signal(signum, handle)
 
 
 def bound_socket(settings: Settings) -> socket.socket:

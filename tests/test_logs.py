@@ -23,6 +23,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
+import logs
 from accesslines import as_text, one_field_clients
 from accesslog import AccessLog
 from app import Petstore, create_app
@@ -804,6 +805,20 @@ def test_an_outlet_drops_past_its_limit_and_says_how_much(caplog: pytest.LogCapt
     finally:
         petstore.removeHandler(caplog.handler)
     assert "a test stream: 18 lines dropped while it was not read" in caplog.text
+
+
+def test_once_the_exit_began_a_write_returns_when_its_text_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the exit has begun (wait_for_outlets), a write waits for its text to be written."""
+    # uvicorn logs its last lines, then raises the SIGTERM again, which ends the process at once:
+    # queued for the outlet's thread, they were lost (the JSON log stopped at "Shutting down").
+    stream = _StalledReader()
+    outlet = Outlet(stream, "a test stream")
+    monkeypatch.setattr(logs, "_exit_wait_ends", time.monotonic() + 10)  # the exit's budget
+    threading.Timer(0.2, stream.go.set).start()  # a reader that reads a while later
+    outlet.write("Finished server process\n")
+    assert stream.getvalue() == "Finished server process\n"
 
 
 @pytest.mark.anyio

@@ -754,6 +754,60 @@ def test_uvicorn_app_reads_the_environment(launch: Launcher) -> None:
     assert "is not read under `uvicorn app:app`" not in server.stderr
 
 
+def test_uvicorn_app_is_not_ready_from_a_sigterm_on(launch: Launcher) -> None:
+    """Under `uvicorn app:app`, /readyz answers 503 from a SIGTERM on, as under app.py."""
+    # uvicorn's server acts on a SIGTERM at its next check and marked the app stopping only at
+    # the lifespan's end: a /readyz behind a request in flight was answered 200 "ready".
+    port = free_port()
+    env = {"PETSTORE_API_KEYS": KEY, "PETSTORE_ADMIN_KEYS": ADMIN_KEY}
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--log-level", "trace"]
+    server = launch(argv, env, port)
+    server.wait_ready()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        delayed = "GET /v1/pets/1 HTTP/1.1\r\nHost: x\r\nPrefer: delay=1000\r\n"
+        sock.sendall(
+            f"{delayed}{AUTH_LINE.decode()}\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
+        wait_until(
+            lambda: "Started scope={'type': 'http'" in server.stderr, "the request in the app"
+        )
+        server.process.send_signal(signal.SIGTERM)
+        answers = read_until_closed(sock)
+    assert re.findall(rb"HTTP/1.1 (\d+)", answers) == [b"404", b"503"], answers
+    assert b"Shutting down" in answers
+    assert server.process.wait(10) in (0, -signal.SIGTERM)
+
+
+def test_uvicorn_app_s_json_log_keeps_its_last_lines() -> None:
+    """Under `uvicorn app:app`, the JSON log's lines at a SIGTERM are all written, the last one
+    uvicorn's "Finished server process"."""
+    # Written by a thread of their own (logs.Outlet), they were lost when uvicorn raised the
+    # SIGTERM again, which ends the process at once: the log stopped at "Shutting down" (read
+    # through a pipe, as a container's runtime reads it).
+    port = free_port()
+    env = environment({"PETSTORE_API_KEYS": KEY, "PETSTORE_LOG_FORMAT": "json"})
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)]
+    with subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            wait_until(lambda: answers(f"http://127.0.0.1:{port}"), "the service answers")
+            listed = httpx.get(f"http://127.0.0.1:{port}/v1/pets", headers=bearer(KEY))
+            assert listed.status_code == 200
+            process.send_signal(signal.SIGTERM)
+            stdout, stderr = process.communicate(timeout=10)
+        finally:
+            process.kill()
+    assert process.returncode == -signal.SIGTERM
+    messages = [json.loads(line)["message"] for line in stderr.splitlines()]
+    assert messages[-3:] == [
+        "Waiting for application shutdown.",
+        "Application shutdown complete.",
+        f"Finished server process [{process.pid}]",
+    ], messages
+    assert '"path":"/v1/pets"' in stdout
+
+
 def test_uvicorn_app_says_what_it_leaves_unread(launch: Launcher) -> None:
     """`uvicorn app:app` says PETSTORE_HOST and PETSTORE_PORT are left to its --host and --port."""
     # Where a PETSTORE_HOST of 0.0.0.0 was ignored in silence.
