@@ -71,6 +71,18 @@ async def test_allowed_preflight_is_answered_before_the_credential(
 
 
 @pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
+@pytest.mark.parametrize("asked", ["", " "])
+async def test_a_preflight_asking_for_no_header_is_allowed(
+    client: httpx.AsyncClient, asked: str
+) -> None:
+    """An empty Access-Control-Request-Headers asks for no header (Fetch: an empty list)."""
+    # Starlette read it as one header named "", and refused the preflight.
+    response = await client.options("/v1/pets", headers=preflight(APP_ORIGIN, headers=asked))
+    assert response.status_code == 200, response.text
+    assert response.headers["access-control-allow-origin"] == APP_ORIGIN
+
+
+@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
 async def test_a_configured_origin_may_reach_a_private_address(
     client: httpx.AsyncClient,
 ) -> None:
