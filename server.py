@@ -96,10 +96,7 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
         # Soon, not here: a signal's handler runs between any two bytecodes of the loop's work.
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self._stop_taking_requests)
-
-    def _stop_taking_requests(self) -> None:
-        stop_taking_requests(self)
+            self.loop.call_soon_threadsafe(stop_taking_requests, self)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
