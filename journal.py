@@ -214,7 +214,9 @@ class Journal:
         return self._redact_parameter(redacted)
 
     def _redact_parameter(self, text: str) -> str:
-        for decode in (urllib.parse.unquote_plus, urllib.parse.unquote):
+        # `+` as itself first: read as a space first, a copy hidden by `%2B` found there would
+        # give the parameter out decoded, a literal `+` of another copy a space, found by neither.
+        for decode in (urllib.parse.unquote, urllib.parse.unquote_plus):
             text = self._redact_encoded(text, decode)
         return text
 

@@ -523,16 +523,23 @@ async def test_a_key_with_a_plus_in_a_query_is_redacted_however_the_plus_is_read
     api_key, admin_key = "api.key_0123456789AB", "Adm+in/Key~0123456789=="
     settings = Settings(api_keys=(api_key,), admin_keys=(admin_key,))
     auth = {"Authorization": f"Bearer {api_key}"}
-    sent = ["Adm+in/Key~0123456789%3D%3D", "Adm+in%2FKey~0123456789==", "Adm%2Bin/Key~0123456789=="]
+    sent = [
+        "Adm+in/Key~0123456789%3D%3D",
+        "Adm+in%2FKey~0123456789==",
+        "Adm%2Bin/Key~0123456789==",
+        # One copy found with `+` read as a space would give the other out, its `+` a space.
+        "Adm%2Bin/Key~0123456789==,Adm+in/Key~0123456789%3D%3D",
+    ]
     async with running(plane_app(settings)) as plane:
         for query in sent:
             await plane.get(f"/v1/pets?q={query}&p=1+2", headers=auth)
         admin = {"Authorization": f"Bearer {admin_key}"}
         response = await plane.get("/_admin/requests", headers=admin)
     queries = [entry["query"] for entry in response.json()["requests"]]
-    assert queries == ["q=[redacted]&p=1+2"] * len(sent)
+    assert queries == ["q=[redacted]&p=1+2"] * 3 + ["q=[redacted],[redacted]&p=1+2"]
     for query in sent:
         assert query not in response.text
+    assert "in/Key~0123456789" not in response.text
 
 
 async def note(journal_: Journal, scope: dict[str, Any], status: int, request_id: bytes) -> None:
