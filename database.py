@@ -34,6 +34,7 @@ from tables import (
     Connection,
     DatabaseError,
     answered,
+    lent,
     prepare,
     status_column,
 )
@@ -323,12 +324,8 @@ class DatabaseStore:
         while not self._closing:
             try:
                 if not self._prepared:
-                    async with self._pool.acquire() as connection:
-                        try:
-                            await self._prepare(connection)
-                        except (TimeoutError, asyncio.CancelledError):  # as tables.answered
-                            connection.terminate()
-                            raise
+                    async with lent(self._pool) as connection:
+                        await self._prepare(connection)
                 self._count = await answered(self._pool, "fetchval", COUNT)
             except DatabaseError as error:
                 logger.error("%s", error)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Literal
 
 import asyncpg
@@ -17,6 +18,15 @@ logger = logging.getLogger("petstore.store")
 Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 SCHEMA_VERSION: Final = 1
 STATEMENT_SECONDS: Final = 10.0  # the pool's statement timeout
+
+
+class ConnectionLost(Exception):
+    """A connection the server ended in the middle of an operation (pg_terminate_backend, a
+    failover), whose next statement found the driver's state broken: asyncpg says "cannot
+    switch to state 12; another operation (2) is in progress" (its issue #1069), an
+    InternalClientError, the class of its own bugs too (a codec's), which stay 500s."""
+
+
 # What an unreachable, stopping or refusing server raises: a 503, and the service waits for
 # it to come back. Anything else is a bug and answers 500.
 UNAVAILABLE: Final = (
@@ -32,10 +42,7 @@ UNAVAILABLE: Final = (
     # A table renamed or dropped: an outage until it is back (a revoked right is a 500).
     asyncpg.exceptions.UndefinedTableError,
     asyncpg.exceptions.UndefinedColumnError,
-    # A connection the server ended in the middle of an operation (pg_terminate_backend, a
-    # failover), whose next statement finds the driver's state broken: "cannot switch to state
-    # 12; another operation (2) is in progress" (asyncpg issue #1069). `answered` closes it.
-    asyncpg.exceptions.InternalClientError,
+    ConnectionLost,
 )
 # Taken while a process makes the tables or seeds them, so that replicas starting together
 # don't race (CREATE TABLE IF NOT EXISTS alone is not safe under concurrency).
@@ -168,15 +175,32 @@ async def answered(
     pool: asyncpg.Pool, method: Literal["fetch", "fetchrow", "fetchval", "execute"], *args: Any
 ) -> Any:
     """`method(*args)` on a connection of the pool (whose statements time out after
-    STATEMENT_SECONDS). A connection cut off mid-statement, by that timeout or by the caller's
-    cancellation at shutdown, is closed at once: the driver would otherwise wait for its
-    cancel request before taking it back, which a server that stopped answering (a network
-    partition) never takes; a request waited twice the timeout for its 503, and one the
-    shutdown cut off was never answered. (The same with pool.fetchval and the like.) So is one
-    whose state the driver lost (InternalClientError), rather than lent again as it is."""
+    STATEMENT_SECONDS), lent as `lent` lends it."""
+    async with lent(pool) as connection:
+        return await getattr(connection, method)(*args)
+
+
+# How asyncpg's InternalClientError begins when the server ended the connection under it.
+_STATE_LOST: Final = "cannot switch to state"
+
+
+@contextlib.asynccontextmanager
+async def lent(pool: asyncpg.Pool) -> AsyncIterator[Connection]:
+    """A connection of the pool, closed rather than given back when a statement on it was cut
+    off, by its timeout or by the caller's cancellation at shutdown (the driver would otherwise
+    wait for its cancel request before taking it back, which a server that stopped answering,
+    a network partition, never takes: a request waited twice the timeout for its 503, and one
+    the shutdown cut off was never answered; the same with pool.fetchval and the like), or
+    when the driver lost its state (InternalClientError: lent again, it failed again; the
+    server ending it is ConnectionLost, an outage)."""
     async with pool.acquire() as connection:
         try:
-            return await getattr(connection, method)(*args)
-        except (TimeoutError, asyncio.CancelledError, asyncpg.exceptions.InternalClientError):
+            yield connection
+        except (TimeoutError, asyncio.CancelledError):
             connection.terminate()
             raise
+        except asyncpg.exceptions.InternalClientError as error:
+            connection.terminate()
+            if not str(error).startswith(_STATE_LOST):
+                raise
+            raise ConnectionLost(f"the connection was ended mid-operation ({error})") from None
