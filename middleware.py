@@ -194,8 +194,8 @@ class Cors(CORSMiddleware):
         )
 
     def preflight_response(self, request_headers: Headers) -> Response:
-        asked = request_headers.get("access-control-request-headers")
-        if asked is not None and not asked.strip():
+        asked = request_headers.getlist("access-control-request-headers")
+        if asked and not "".join(asked).strip():
             # No header asked for (Fetch: an empty list), which Starlette read as one named "".
             kept = [h for h in request_headers.raw if h[0] != b"access-control-request-headers"]
             request_headers = Headers(raw=kept)

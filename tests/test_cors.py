@@ -80,6 +80,12 @@ async def test_a_preflight_asking_for_no_header_is_allowed(
     response = await client.options("/v1/pets", headers=preflight(APP_ORIGIN, headers=asked))
     assert response.status_code == 200, response.text
     assert response.headers["access-control-allow-origin"] == APP_ORIGIN
+    # An empty line beside one that asks for a header not allowed: still refused.
+    both = [
+        *preflight(APP_ORIGIN, headers=asked).items(),
+        ("Access-Control-Request-Headers", "X-Other"),
+    ]
+    assert_error(await client.options("/v1/pets", headers=both), 400, "validation_error")
 
 
 @pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
