@@ -38,7 +38,7 @@ from docs import Docs
 from faults import Faults
 from idempotency import IdempotencyConflict, KeysInFlight
 from journal import Journal
-from logs import access_log_stream, refuse_start, start_logging, wait_for_outlets
+from logs import access_log_stream, refuse_start, start_logging
 from metrics import CONTENT_TYPE_LATEST, FOLD_EVERY, Metrics, RequestCounts
 from middleware import Area, BearerAuth, Cors, Credentials, RootPath
 from openapi import openapi_document
@@ -77,10 +77,10 @@ from schemas import (
 )
 from server import (
     adopt_protocol,
+    adopt_server,
     bound_socket,
     check_workers,
     serve,
-    stop_at_once,
     uvicorn_config,
     warn_of_unread,
 )
@@ -250,7 +250,7 @@ def create_app(
         if counts is not None:
             tasks.append(asyncio.create_task(counts.fold_every(FOLD_EVERY)))
         health.started = True
-        stop_at_once(health.stop)  # under `uvicorn app:app`; `python app.py`'s server does it
+        adopt_server(health.stop)  # under `uvicorn app:app`; `python app.py`'s stops so itself
         try:
             yield
         finally:
@@ -261,7 +261,6 @@ def create_app(
             await asyncio.gather(*tasks, return_exceptions=True)
             await store.close()
             log.flush()
-            wait_for_outlets()  # the process may end at once: uvicorn raises its signal again
 
     async def scrape(scope: Scope, receive: Receive) -> Response:
         # `metrics` is made below, once the router it asks for templates exists.

@@ -135,7 +135,8 @@ class Outlet:
                 self._queued.append(text)
                 self._size += len(text)
                 self._changed.notify()
-        if _exit_wait_ends is not None:
+        # Not its own thread's (its warning of dropped lines): it would wait for itself.
+        if _exit_wait_ends is not None and threading.current_thread() is not self._thread:
             self.wait(_exit_wait_ends - time.monotonic())
         return len(text)
 
@@ -196,10 +197,10 @@ def unblocked_handler(stream: TextIO) -> logging.StreamHandler[Outlet]:
 @atexit.register
 def wait_for_outlets() -> None:
     """Let every Outlet write what it holds, EXIT_WAIT_SECONDS at most in all, over every
-    call and every write after the first call: the exit waits at the lifespan's end (app.py),
-    before uvicorn raises SIGTERM again (server.py under `python app.py`; under `uvicorn
-    app:app` each write waits), which ends the process at once, and at exit; a reader that is
-    gone is waited for once."""
+    call and every write after the first call. The exit waits before uvicorn raises SIGTERM
+    again, which ends the process at once (server.py: under `python app.py` once its server
+    is done; under `uvicorn app:app` from the end of its shutdown on, each write), and at
+    exit; a reader that is gone is waited for once."""
     global _exit_wait_ends  # noqa: PLW0603 - one budget for the process's exit
     if _exit_wait_ends is None:
         _exit_wait_ends = time.monotonic() + EXIT_WAIT_SECONDS

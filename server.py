@@ -122,39 +122,45 @@ class _Server(uvicorn.Server):
 def stop_taking_requests(server: uvicorn.Server) -> None:
     """The first steps of uvicorn's shutdown, at once rather than at its next check (every
     0.1 s), in which new connections were taken and served (a create's 201) while /readyz said
-    503: the listening sockets closed, and each connection to end after the answer it is
-    giving (an idle one now). uvicorn's shutdown does them again: nothing more."""
-    for listener in server.servers:
+    503: the listening sockets closed (none yet: a stop during the lifespan's start), and each
+    connection to end after the answer it is giving (an idle one now). uvicorn's shutdown does
+    them again: nothing more."""
+    for listener in getattr(server, "servers", ()):
         listener.close()
     for connection in list(server.server_state.connections):
         connection.shutdown()
 
 
-def stop_at_once(on_exit: Callable[[], None]) -> None:
-    """Under `uvicorn app:app` (called as the lifespan starts), a SIGTERM or SIGINT that turns
-    /readyz to 503 (`on_exit`) and stops taking requests at once, as under `python app.py`:
-    uvicorn's server acts on them at its next check, and took and served new connections
-    meanwhile, /readyz 200 among them. Its handlers, bound methods of that server, are
-    wrapped; it puts back the ones from before its start when it ends. Elsewhere (`python app.py`,
-    whose server does this itself; a test's transport; another server) nothing is changed."""
+def adopt_server(on_exit: Callable[[], None]) -> None:
+    """Under `uvicorn app:app` (called as the lifespan starts), make uvicorn's server stop as
+    `python app.py`'s does. A SIGTERM or SIGINT turns /readyz to 503 (`on_exit`) and stops
+    taking requests at once: uvicorn acts on them at its next check, and took and served new
+    connections meanwhile, /readyz 200 among them. And the logs' last lines are written before
+    it raises the signal again, which ends the process at once: from the end of its shutdown
+    on, each write of theirs waits for its text (wait_for_outlets). The server is found as the
+    `self` of its signal handlers, which it installs before the lifespan starts and takes back
+    when it ends. Elsewhere (`python app.py`, whose server does all this itself; a test's
+    transport; another server) nothing is changed."""
+    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    if not isinstance(server, uvicorn.Server) or isinstance(server, _Server):
+        return
     loop = asyncio.get_running_loop()
+
+    def handle_exit(signum: int, frame: FrameType | None) -> None:
+        on_exit()
+        server.handle_exit(signum, frame)
+        loop.call_soon_threadsafe(stop_taking_requests, server)
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        handler = signal.getsignal(signum)
-        server = getattr(handler, "__self__", None)
-        if not isinstance(server, uvicorn.Server) or isinstance(server, _Server):
-            continue
+        if signal.getsignal(signum) == server.handle_exit:
+            signal.signal(signum, handle_exit)
+    shutdown = server.shutdown
 
-        def handle(
-            signum: int,
-            frame: FrameType | None,
-            handler: Callable[[int, FrameType | None], None] = handler,  # type: ignore[assignment]
-            server: uvicorn.Server = server,
-        ) -> None:
-            on_exit()
-            handler(signum, frame)
-            loop.call_soon_threadsafe(stop_taking_requests, server)
+    async def shutdown_written_out(sockets: list[socket.socket] | None = None) -> None:
+        await shutdown(sockets)
+        wait_for_outlets()
 
-        signal.signal(signum, handle)
+    server.shutdown = shutdown_written_out  # type: ignore[method-assign]
 
 
 def bound_socket(settings: Settings) -> socket.socket:

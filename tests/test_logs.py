@@ -821,6 +821,30 @@ def test_once_the_exit_began_a_write_returns_when_its_text_is_written(
     assert stream.getvalue() == "Finished server process\n"
 
 
+def test_once_the_exit_began_the_outlet_s_own_thread_never_waits_for_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line the outlet's thread writes while writing (its warning of dropped lines goes to
+    the log it writes) does not wait for that thread: it would wait for itself."""
+    # It did, the exit's whole budget, and the lines after it (uvicorn's last) were lost.
+    budget_ends = time.monotonic() + 10
+    own_write_ended: list[float] = []
+
+    class Logging(io.StringIO):  # as the thread's warning reaches the outlet it writes
+        def write(self, text: str) -> int:
+            if text == "first\n":
+                outlet.write("the thread's own line\n")
+                own_write_ended.append(time.monotonic())
+            return super().write(text)
+
+    stream = Logging()
+    outlet = Outlet(stream, "a test stream")
+    monkeypatch.setattr(logs, "_exit_wait_ends", budget_ends)  # the exit's
+    outlet.write("first\n")
+    assert own_write_ended[0] < budget_ends  # it did not wait the budget out
+    assert stream.getvalue() == "first\nthe thread's own line\n"
+
+
 @pytest.mark.anyio
 async def test_a_drain_cut_off_by_the_shutdown_loses_no_line() -> None:
     """An access-log drain cut off by the shutdown loses no line: all are written, in order."""
