@@ -24,6 +24,7 @@ from tables import (
     COUNT,
     CREATE,
     GET,
+    GIVE_UP_ON,
     KEYED,
     PAGE,
     PAGE_BY_STATUS,
@@ -34,7 +35,7 @@ from tables import (
     Connection,
     DatabaseError,
     answered,
-    lent,
+    given_up,
     prepare,
     status_column,
 )
@@ -324,8 +325,11 @@ class DatabaseStore:
         while not self._closing:
             try:
                 if not self._prepared:
-                    async with lent(self._pool) as connection:
-                        await self._prepare(connection)
+                    async with self._pool.acquire() as connection:
+                        try:
+                            await self._prepare(connection)
+                        except GIVE_UP_ON as error:  # as tables.answered
+                            raise given_up(connection, error) from None
                 self._count = await answered(self._pool, "fetchval", COUNT)
             except DatabaseError as error:
                 logger.error("%s", error)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 import asyncpg
@@ -171,36 +170,36 @@ def status_column(status: Any) -> str | None:
     return status.value if isinstance(status, PetStatus) else None
 
 
-async def answered(
-    pool: asyncpg.Pool, method: Literal["fetch", "fetchrow", "fetchval", "execute"], *args: Any
-) -> Any:
-    """`method(*args)` on a connection of the pool (whose statements time out after
-    STATEMENT_SECONDS), lent as `lent` lends it."""
-    async with lent(pool) as connection:
-        return await getattr(connection, method)(*args)
-
-
+# What closes a connection rather than give it back to the pool (given_up).
+GIVE_UP_ON: Final = (TimeoutError, asyncio.CancelledError, asyncpg.exceptions.InternalClientError)
 # How asyncpg's InternalClientError begins when the server ended the connection under it.
 _STATE_LOST: Final = "cannot switch to state"
 
 
-@contextlib.asynccontextmanager
-async def lent(pool: asyncpg.Pool) -> AsyncIterator[Connection]:
-    """A connection of the pool, closed rather than given back when a statement on it was cut
-    off, by its timeout or by the caller's cancellation at shutdown (the driver would otherwise
-    wait for its cancel request before taking it back, which a server that stopped answering,
-    a network partition, never takes: a request waited twice the timeout for its 503, and one
-    the shutdown cut off was never answered; the same with pool.fetchval and the like), or
-    when the driver lost its state (InternalClientError: lent again, it failed again; the
-    server ending it is ConnectionLost, an outage)."""
+async def answered(
+    pool: asyncpg.Pool, method: Literal["fetch", "fetchrow", "fetchval", "execute"], *args: Any
+) -> Any:
+    """`method(*args)` on a connection of the pool (whose statements time out after
+    STATEMENT_SECONDS); one that fails on it as `given_up` says is closed. (A context manager
+    of ours around the pool's cost every statement 3 us.)"""
     async with pool.acquire() as connection:
         try:
-            yield connection
-        except (TimeoutError, asyncio.CancelledError):
-            connection.terminate()
-            raise
-        except asyncpg.exceptions.InternalClientError as error:
-            connection.terminate()
-            if not str(error).startswith(_STATE_LOST):
-                raise
-            raise ConnectionLost(f"the connection was ended mid-operation ({error})") from None
+            return await getattr(connection, method)(*args)
+        except GIVE_UP_ON as error:
+            raise given_up(connection, error) from None
+
+
+def given_up(connection: Connection, error: BaseException) -> BaseException:
+    """Close `connection` at once after `error` (one of GIVE_UP_ON) on it, and say what to
+    raise. A statement cut off by its timeout or by the caller's cancellation at shutdown: the
+    driver would otherwise wait for its cancel request before taking the connection back, which
+    a server that stopped answering (a network partition) never takes; a request waited twice
+    the timeout for its 503, and one the shutdown cut off was never answered (the same with
+    pool.fetchval and the like). The driver's state lost (InternalClientError): lent again, it
+    failed again; the server ending it mid-operation is ConnectionLost, an outage."""
+    connection.terminate()
+    if isinstance(error, asyncpg.exceptions.InternalClientError) and str(error).startswith(
+        _STATE_LOST
+    ):
+        return ConnectionLost(f"the connection was ended mid-operation ({error})")
+    return error
