@@ -33,12 +33,6 @@ image-test:
 
 bench: install
 	$(BIN)/python bench/run.py
-	$(BIN)/python bench/at_once.py
-	$(BIN)/python bench/at_once.py --against before-issue-11
-	$(BIN)/python bench/durability.py
-	$(BIN)/python bench/idempotent_creates.py
-	$(BIN)/python bench/replicas.py
-	$(BIN)/python bench/commit_checks.py
 
 # Refresh both locks from pyproject.toml (needs uv: `pip install uv`).
 lock:

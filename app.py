@@ -2,407 +2,387 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 
-if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:
-    # Before the imports below: the image's HEALTHCHECK runs this every 10 s, and needs none
-    # of them (healthcheck.py says why).
+if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:  # the image's probe: no more
     from healthcheck import main as check
 
     sys.exit(check(sys.argv[2:]))
 
-if __name__ == "__main__":  # before the imports below: a stop during them is noted (stops.py)
-    from stops import note_stops
-
-    note_stops()
-
-import asyncio
 import contextlib
 import dataclasses
-import logging
+import hashlib
+import multiprocessing
 import os
-import random
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Final, TextIO
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final
 
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route, Router
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.config import STARTUP_FAILURE
 
-from accesslog import LOG_EVERY, AccessLog
-from admin import ADMIN_OPENAPI_PATH, ADMIN_PREFIX, ControlPlane
-from datafile import FileStore
-from docs import Docs
-from faults import Faults
-from idempotency import IdempotencyConflict, KeysInFlight
-from journal import Journal
-from logs import access_log_stream, refuse_start, start_logging
-from metrics import CONTENT_TYPE_LATEST, FOLD_EVERY, Metrics, RequestCounts
-from middleware import Area, BearerAuth, Cors, Credentials, RootPath
-from openapi import openapi_document
-from opening import open_store
-from parsing import (
-    decode_new_pet,
-    idempotency_key,
-    integer,
-    list_query,
-    read_body,
-    read_body_start,
-    require_json,
-)
-from protocol import http_protocol
-from routing import (
-    BytesResponse,
-    Endpoint,
-    IndexedRouter,
+import schemas
+from filestore import DataFileError, FileStore
+from middleware import TENANT, BearerAuth, Cors, Requests
+from observability import Metrics, configure_logging, flush_logs, refuse_start
+from openapi import docs_routes, openapi_document
+from pgstore import DatabaseError, DatabaseStore
+from schemas import (
+    PETS_PATH,
+    ApiError,
+    ErrorCode,
     JSONResponse,
-    Refused,
+    NewPet,
+    Pet,
     error_response,
     invalid,
-    per_root_path,
 )
-from schemas import (
-    ADMIN_REALM,
-    API_PREFIX,
-    BEARER_REALM,
-    DEPRECATION,
-    INT64_MAX,
-    INT64_MIN,
-    PETS_PATH,
-    SUNSET,
-    ErrorCode,
-    encoder,
-)
-from server import (
-    adopt_protocol,
-    adopt_server,
-    bound_socket,
-    check_workers,
-    serve,
-    uvicorn_config,
-    warn_of_unread,
-)
-from settings import Settings, SettingsError, load_settings, with_key
-from stops import stops_asked
-from store import PetStore
+from server import bound_socket, serve
+from settings import Settings, SettingsError, asks_json, load_settings, with_key
+from store import IdempotencyConflict, MemoryStore, PetStore, seed_pets
+from testplane import STATUS, Faults, Journal, Plane, Tenant
 
-__all__ = ["Petstore", "create_app", "main"]
+GET_PET_PATH: Final = PETS_PATH + "/{petId}"
+_INTEGER: Final = re.compile(r"(-?)0*([0-9]{1,19})")
+_KEY: Final = re.compile(schemas.IDEMPOTENCY_KEY_PATTERN)
+_STATUSES: Final = {status.value: status for status in schemas.PetStatus}
+UNSUPPORTED: Final = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+_DEPRECATED: Final = (
+    (b"deprecation", schemas.DEPRECATION.encode()),
+    (b"sunset", schemas.SUNSET.encode()),
+)
 
 
+@dataclasses.dataclass
 class Health:
-    """What /readyz reports of the process: the store is loaded and it is not shutting down
-    (and, of the store, that it takes creates: PetRoutes.readyz)."""
+    """What /readyz reports besides the store: loaded, and not shutting down."""
 
-    def __init__(self) -> None:
-        self.started = False
-        self.stopping = False
+    started: bool = False
+    stopping: bool = False
 
     def stop(self) -> None:
-        """Shutdown has begun: not ready any more."""
         self.stopping = True
 
 
-_KEY: Final = "petstore.idempotency_key"  # where PetRoutes.hold_key leaves the key it holds
+def _query(request: Request, name: str, low: int, high: int, default: int) -> int:
+    """An integer query parameter; a 400 for anything else."""
+    if (text := request.query_params.get(name)) is None:
+        return default
+    found = _INTEGER.fullmatch(text)
+    if not found or not low <= (value := int(found[1] + found[2])) <= high:
+        raise invalid(f"Query parameter `{name}` must be an integer from {low} to {high}")
+    return value
 
 
-class PetRoutes:
-    """The endpoints, wired to one store and one set of settings. `journaled`: how much of a
-    create's body to read for the journal when it is refused before reading it (0: none)."""
+def idempotency_key(request: Request) -> str | None:
+    """The request's Idempotency-Key, bare or quoted (`"abc"` is `abc`); a 400 for anything but
+    1 to 255 visible ASCII characters, or two of them."""
+    if not (values := request.headers.getlist("idempotency-key")):
+        return None
+    if len(values) > 1 or not _KEY.match(value := values[0].rstrip(" \t")):
+        most = schemas.IDEMPOTENCY_KEY_MAX
+        raise invalid(f"Idempotency-Key must be one value of 1 to {most} visible ASCII characters,"
+                      " bare or quoted")  # fmt: skip
+    return re.sub(r"\\(.)", r"\1", value[1:-1]) if value.startswith('"') else value
 
-    def __init__(
-        self, store: PetStore, settings: Settings, health: Health, journaled: int = 0
-    ) -> None:
-        self.store = store
-        self.journaled = journaled
-        self.max_body = settings.max_body
-        self.health = health
-        self.in_flight = KeysInFlight()
-        injected = bool(settings.admin_keys)  # the test-control plane's faults, documented
-        self.document = per_root_path(
-            lambda root_path: encoder.encode(openapi_document(root_path, injected=injected))
+
+def require_json(request: Request) -> None:
+    """A 415 unless the body is JSON (UTF-8, if a charset is named), sent as it is."""
+    content_type = request.headers.get("content-type", "")
+    if content_type != "application/json":  # else parameters to look at
+        media_type, *parameters = content_type.lower().split(";")
+        utf8 = all(p.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"') for p in parameters)
+        if media_type.strip() != "application/json" or not utf8:
+            raise ApiError(415, UNSUPPORTED, "Content-Type must be application/json (UTF-8)")
+    if encodings := request.headers.getlist("content-encoding"):
+        encoding = ",".join(encodings)
+        if any(coding.strip().lower() not in ("", "identity") for coding in encoding.split(",")):
+            raise ApiError(415, UNSUPPORTED, f"Content-Encoding {encoding!r} is not supported:"
+                           " send the body as it is")  # fmt: skip
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body; a 413 as soon as it passes `limit` bytes (at once, by Content-Length:
+    the rest is then read and dropped, so that a client sending it gets its answer)."""
+    declared = request.headers.get("content-length", "")
+    message = f"The body is over the limit of {limit} bytes"
+    if declared.isdigit():  # the server reads no more than it says
+        if int(declared) > limit:
+            raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message)
+        return await request.body()
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:  # a stream may not end: the connection goes
+            raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message, {"Connection": "close"})
+    return bytes(body)
+
+
+class Handlers:
+    """The endpoints; each acts on the tenant of the request's key."""
+
+    def __init__(self, settings: Settings, store: PetStore, health: Health) -> None:
+        self.settings, self.store, self.health = settings, store, health
+
+    async def pets(self, request: Request) -> Response:
+        if request.method == "POST":
+            return await self.create_pet(request)
+        return await self.list_pets(request)
+
+    async def list_pets(self, request: Request) -> Response:
+        tenant: Tenant = request.scope[TENANT]
+        if tenant.faults and (fault := await tenant.faults.intercept(request, "listPets")):
+            return fault
+        limit = _query(
+            request, "limit", schemas.LIMIT_MIN, schemas.LIMIT_MAX, schemas.LIMIT_DEFAULT
         )
-
-    async def list_pets(self, scope: Scope, receive: Receive) -> Response:
-        limit, status, after = list_query(scope["query_string"])
-        page = await self.store.page(limit=limit, status=status, after=after)
+        after = _query(request, "after", 0, schemas.INT64_MAX, 0)
+        text = request.query_params.get("status")
+        if (status := _STATUSES.get(text or "")) is None and text is not None:
+            raise invalid(f"Query parameter `status` must be one of {', '.join(_STATUSES)}")
+        page = await tenant.store.page(limit, status, after)
         if not page.has_more:
-            return JSONResponse(encoder.encode(page.pets))
-        query = f"limit={limit}&status={status.value}" if status else f"limit={limit}"
-        root_path = scope.get("root_path", "")
-        link = f'<{root_path}{PETS_PATH}?{query}&after={page.pets[-1].id}>; rel="next"'
-        return JSONResponse(encoder.encode(page.pets), 200, [(b"link", link.encode())])
+            return JSONResponse(page.pets)
+        query = f"limit={limit}" + (f"&status={status.value}" if status else "")
+        query += f"&after={page.pets[-1].id}"
+        link = f'<{request.scope.get("root_path", "")}{PETS_PATH}?{query}>; rel="next"'
+        return JSONResponse(page.pets, headers={"Link": link})
 
-    def hold_key(self, scope: Scope) -> Callable[[], None] | None:
-        """A create's Idempotency-Key held from its head to its answer (KeysInFlight). It refuses
-        nothing: fault rules come first (CONTRACT); create_pet refuses a bad or held key."""
+    async def create_pet(self, request: Request) -> Response:
+        tenant: Tenant = request.scope[TENANT]
+        key, refused = None, None
         try:
-            key = idempotency_key(scope)
-            release = None if key is None else self.in_flight.hold(key)
-        except (Refused, IdempotencyConflict):
-            return None
-        scope[_KEY] = key  # None: none sent
-        return release
-
-    async def create_pet(self, scope: Scope, receive: Receive) -> Response:
+            key = idempotency_key(request)
+        except ApiError as error:  # fault rules come first: refused after them
+            refused = error
+        held = key if key is not None and key not in tenant.keys_in_flight else None
+        if held is not None:
+            tenant.keys_in_flight.add(held)
         try:
-            if _KEY in scope:  # held by hold_key, or none sent
-                key = scope[_KEY]
-            elif (key := idempotency_key(scope)) is not None and key in self.in_flight:
-                raise IdempotencyConflict(key)  # held by another: whatever this one sends
-            require_json(scope)
-        except (Refused, IdempotencyConflict):
-            if self.journaled:  # what it sent, as an injected fault's create: for the journal
-                await read_body_start(scope, receive, self.journaled, self.max_body)
-            raise
-        new_pet = decode_new_pet(await read_body(scope, receive, self.max_body))
-        pet, replayed = await self.store.add(new_pet, key)  # its 409 or 422: Endpoint's
-        location = f"{scope.get('root_path', '')}{PETS_PATH}/{pet.id}"
-        headers = [(b"location", location.encode())]
+            if tenant.faults and (fault := await tenant.faults.intercept(request, "createPet")):
+                return fault
+            if refused:
+                raise refused
+            if key is not None and held is None:
+                raise IdempotencyConflict(key)
+            require_json(request)
+            new_pet = schemas.decode(await read_body(request, self.settings.max_body), NewPet)
+            pet, replayed = await tenant.store.add(new_pet, key)
+        finally:
+            tenant.keys_in_flight.discard(held or "")
+        headers = {"Location": f"{request.scope.get('root_path', '')}{PETS_PATH}/{pet.id}"}
         if replayed:
-            headers.append((b"idempotent-replayed", b"true"))
-        return JSONResponse(encoder.encode(pet), 201, headers)
+            headers["Idempotent-Replayed"] = "true"
+        return JSONResponse(pet, 201, headers)
 
-    async def get_pet(self, scope: Scope, receive: Receive) -> Response:
-        text: str = scope["path_params"]["petId"]
-        pet_id = integer(text)
-        if pet_id is None or not INT64_MIN <= pet_id <= INT64_MAX:
-            raise invalid(f"petId must be an integer from {INT64_MIN} to {INT64_MAX}")
-        pet = await self.store.get(pet_id)
+    async def get_pet(self, request: Request) -> Response:
+        tenant: Tenant = request.scope[TENANT]
+        if tenant.faults and (fault := await tenant.faults.intercept(request, "getPet")):
+            return fault
+        found = _INTEGER.fullmatch(request.path_params["petId"])
+        if (
+            not found
+            or not schemas.INT64_MIN <= (pet_id := int(found[1] + found[2])) <= schemas.INT64_MAX
+        ):
+            raise invalid(
+                f"petId must be an integer from {schemas.INT64_MIN} to {schemas.INT64_MAX}"
+            )
+        pet = await tenant.store.get(pet_id)
         if pet is None:
-            raise Refused(404, ErrorCode.NOT_FOUND, f"No pet has id {pet_id}")
-        return JSONResponse(encoder.encode(pet))
+            raise ApiError(404, ErrorCode.NOT_FOUND, f"No pet has id {pet_id}")
+        return JSONResponse(pet)
 
-    async def openapi(self, scope: Scope, receive: Receive) -> Response:
-        return JSONResponse(self.document(scope))
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
-    async def healthz(self, scope: Scope, receive: Receive) -> Response:
-        return JSONResponse(b'{"status":"ok"}')
-
-    async def readyz(self, scope: Scope, receive: Receive) -> Response:
-        if self.health.stopping:  # the cause in its words, as the store's below
-            return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, "Shutting down")
-        if not self.health.started:
-            return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, "Not serving requests yet")
-        if (problem := self.store.unwritable) is not None:  # the store's own words
+    async def readyz(self, request: Request) -> Response:
+        problem = self.store.unwritable if self.health.started else "Not serving requests yet"
+        problem = "Shutting down" if self.health.stopping else problem
+        if problem is not None:
             return error_response(503, ErrorCode.STORAGE_UNAVAILABLE, problem)
-        return JSONResponse(b'{"status":"ready"}')
+        return JSONResponse({"status": "ready"})
 
 
-# --------------------------------------------------------------------------- the app
+_HTTP_ERRORS: Final = {
+    404: (ErrorCode.NOT_FOUND, "No resource at this path"),
+    405: (ErrorCode.METHOD_NOT_ALLOWED, "Method not allowed here"),
+}
 
-OPENAPI_PATH: Final = f"{API_PREFIX}/openapi.json"
-METRICS_PATH: Final = "/metrics"
-API_AREA: Final = Area(API_PREFIX, BEARER_REALM, "API key", frozenset({OPENAPI_PATH}))
-ADMIN_AREA: Final = Area(ADMIN_PREFIX, ADMIN_REALM, "admin key", frozenset({ADMIN_OPENAPI_PATH}))
+
+async def answer_error(request: Request, error: Exception) -> Response:
+    """Every refusal as the Error shape; anything unexpected as a 500 that tells nothing (the
+    middleware logs it)."""
+    if isinstance(error, ApiError):
+        return error.response()
+    if isinstance(error, HTTPException):
+        code, message = _HTTP_ERRORS.get(error.status_code, (ErrorCode.VALIDATION_ERROR, ""))
+        headers = dict(error.headers or {})
+        if "Allow" in headers:  # Starlette's order is a set's
+            headers["Allow"] = ", ".join(sorted(headers["Allow"].split(", ")))
+        return error_response(error.status_code, code, message or error.detail, headers)
+    if isinstance(error, ClientDisconnect):
+        request.scope[STATUS] = None  # nobody to answer
+        return Response()
+    return error_response(500, ErrorCode.INTERNAL_ERROR, "Internal error; the log has details")
 
 
 @dataclasses.dataclass
 class Petstore:
-    """The ASGI app: the middleware around the router, with a handle on both for tests and main."""
+    """The ASGI app, with handles on its parts for `main` and tests."""
 
     app: ASGIApp
-    router: Router
+    starlette: Starlette
     health: Health
-    access_log: AccessLog
-    plane: ControlPlane | None
+    tenant: Tenant
+    metrics: Metrics | None
+    requests: Requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
 
 
-def create_app(
-    settings: Settings,
-    store: PetStore,
-    *,
-    access_log: TextIO | None = None,
-    chance: Callable[[], float] = random.random,
-) -> Petstore:
-    """Routes, then (outermost last) auth, CORS, the access log (request ids, the last-resort
-    500, the journal, the metrics' counts), root path. With metrics on: GET /metrics. With an
-    admin key only: the test-control plane's routes, its journal, admin keys beside the API
-    keys, and faults at the three operations' endpoints; `chance`: the rules' random draw."""
+def _deprecation(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """getPet's headers, on every answer of its path."""
+    link = f'<{scope.get("root_path", "")}{PETS_PATH}>; rel="successor-version"'.encode()
+    return [*_DEPRECATED, (b"link", link)]
+
+
+def create_app(settings: Settings, store: PetStore) -> Petstore:
+    """The service over `store`: routes, then auth, CORS and the request layer around them; the
+    test-control plane and its faults only with an admin key."""
     if not settings.api_keys:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
-    plane = None
+    handlers = Handlers(settings, store, health)
+    tenant, plane = Tenant(store), None
     if settings.admin_keys:
-        journal = None
-        if settings.journal_size:
-            journal = Journal(settings.journal_size, settings.secrets)
-        journaled = journal.body_kept if journal else 0
-        plane = ControlPlane(store, journal, Faults(chance, journaled, settings.max_body))
-    handlers = PetRoutes(store, settings, health, plane.faults.journaled if plane else 0)
-    deprecation = {
-        "Deprecation": DEPRECATION,
-        "Sunset": SUNSET,
-        "Link": f'<{{root_path}}{PETS_PATH}>; rel="successor-version"',
-    }
+        size = settings.journal_size
+        tenant = Tenant(store, Journal(size, settings.secrets) if size else None, Faults())
+        plane = Plane(tenant, settings)
+    metrics = Metrics(store, datafile=isinstance(store, FileStore)) if settings.metrics else None
+    if metrics and isinstance(store, FileStore):
+        store.on_sync, store.on_write_error = (
+            metrics.sync_duration.observe,
+            metrics.write_errors.inc,
+        )
+
+    async def scrape(request: Request) -> Response:
+        return Response(metrics.exposition() if metrics else b"", media_type=CONTENT_TYPE_LATEST)
+
+    async def openapi(request: Request) -> Response:
+        root_path = request.scope.get("root_path", "")
+        return JSONResponse(openapi_document(root_path, plane=plane is not None))
+
+    routes: list[BaseRoute] = [
+        Route(PETS_PATH, handlers.pets, methods=["GET", "POST"]),
+        Route(GET_PET_PATH, handlers.get_pet, methods=["GET"]),
+        Route(schemas.OPENAPI_PATH, openapi, methods=["GET"]),
+        Route("/healthz", handlers.healthz, methods=["GET"]),
+        Route("/readyz", handlers.readyz, methods=["GET"]),
+        *([Route("/metrics", scrape, methods=["GET"])] if metrics else []),
+        *docs_routes(),
+        *(plane.routes() if plane else []),
+    ]
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: object) -> AsyncIterator[None]:
-        await store.open()
-        # `log` is the AccessLog layer, made below around the others, and `counts` its counts.
-        tasks = []
-        if access_log:
-            tasks.append(asyncio.create_task(log.drain_every(LOG_EVERY)))
-        if counts is not None:
-            tasks.append(asyncio.create_task(counts.fold_every(FOLD_EVERY)))
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            await store.open()
+        except DatabaseError as error:  # a schema this service can't use: one line, no traceback
+            refuse_start(str(error), settings.log_format == "json", settings.secrets)
+            os._exit(2)
         health.started = True
-        adopt_server(health.stop)  # under `uvicorn app:app`; `python app.py`'s stops so itself
         try:
             yield
         finally:
-            health.stop()
-            for task in tasks:
-                task.cancel()
-            # Cancelled, the drain puts back the entries it had not formatted: flush after it.
-            await asyncio.gather(*tasks, return_exceptions=True)
+            health.stopping = True
             await store.close()
-            log.flush()
+            requests.flush()
+            flush_logs()
 
-    async def scrape(scope: Scope, receive: Receive) -> Response:
-        # `metrics` is made below, once the router it asks for templates exists.
-        return BytesResponse(metrics.exposition(), CONTENT_TYPE_LATEST)
-
-    interceptor = plane.faults if plane else None
-    routes = [
-        Route(
-            PETS_PATH + "/{petId}",
-            Endpoint(
-                {"GET": handlers.get_pet},
-                deprecation,
-                operations={"GET": "getPet"},
-                interceptor=interceptor,
-            ),
-        ),
-        Route(
-            PETS_PATH,
-            Endpoint(
-                {"GET": handlers.list_pets, "POST": handlers.create_pet},
-                operations={"GET": "listPets", "POST": "createPet"},
-                interceptor=interceptor,
-                holds={"POST": handlers.hold_key},
-            ),
-        ),
-        Route(OPENAPI_PATH, Endpoint({"GET": handlers.openapi})),
-        Route("/healthz", Endpoint({"GET": handlers.healthz})),
-        Route("/readyz", Endpoint({"GET": handlers.readyz})),
-        *([Route(METRICS_PATH, Endpoint({"GET": scrape}))] if settings.metrics else ()),
-        *Docs(OPENAPI_PATH).routes(),
-        *(plane.routes() if plane else ()),
-    ]
-    router = IndexedRouter(routes, lifespan=lifespan)
-    credentials = [Credentials(settings.api_keys, API_AREA, router.route_headers)]
-    if plane:
-        credentials.append(Credentials(settings.admin_keys, ADMIN_AREA))
-    app: ASGIApp = BearerAuth(router, credentials)
+    errors: dict[Any, Any] = dict.fromkeys(
+        (ApiError, HTTPException, ClientDisconnect, Exception), answer_error
+    )
+    starlette = Starlette(routes=routes, exception_handlers=errors, lifespan=lifespan)
+    starlette.router.redirect_slashes = False  # a redirect would be a non-2xx without an Error
+    keys = {hashlib.sha256(key.encode()).digest(): tenant for key in settings.api_keys}
+    app: ASGIApp = BearerAuth(
+        starlette, tenants=keys, default=tenant, admin_keys=settings.admin_keys, routes=routes
+    )
     if settings.cors_origins:
         app = Cors(app, settings.cors_origins)
-    counts = None
-    if settings.metrics:
-        counts = RequestCounts(router.template)
-        metrics = Metrics(counts, store, store if isinstance(store, FileStore) else None)
-    journal = plane.journal if plane else None
-    app = log = AccessLog(
-        app,
-        access_log,
-        journal,
-        counts,
-        json_lines=settings.log_format == "json",
-        secrets=settings.secrets,
-        prefer=plane is not None,
-        forwarded=settings.forwarded,
-    )
-    if settings.root_path:
-        app = RootPath(app, settings.root_path)
-    return Petstore(app, router, health, log, plane)
+    app = requests = Requests(app, settings, metrics, {GET_PET_PATH: _deprecation})
+    return Petstore(app, starlette, health, tenant, metrics, requests)
 
 
-def build(settings: Settings) -> Petstore:
-    """The app for these settings, over the store they ask for; SettingsError if it can't be."""
-    return create_app(settings, open_store(settings), access_log=access_log_stream(settings))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python app.py [flags]`: serve until SIGTERM, Ctrl-C or SIGHUP (`python app.py
-    healthcheck` is answered above, before the imports)."""
-    code = _start_and_serve(sys.argv[1:] if argv is None else argv)
-    # Ctrl-C: the same stop as SIGTERM's, then the shell's code for a SIGINT (the server raised
-    # the signal again once done, and note_stop, back by then, noted it: no traceback).
-    return 130 if code == 0 and signal.SIGINT in stops_asked else code
-
-
-def _start_and_serve(argv: Sequence[str]) -> int:
-    try:
-        if sys.stdout is None:  # closed by whoever started us: Python could not open it
+def open_store(settings: Settings) -> PetStore:
+    """The store the settings ask for, seeded; SettingsError when it can't be opened."""
+    seed: list[Pet] = []
+    if settings.seed is not None:
+        try:
+            with open(settings.seed, "rb") as file:
+                items = schemas.decode(file.read(), list[schemas.SeedPet])
+            seed = seed_pets(items)
+        except OSError as error:
+            raise SettingsError(f"--seed {settings.seed}: cannot read: {error.strerror}") from None
+        except (ApiError, ValueError) as error:
+            reason = str(error).removeprefix("Body is not JSON: ")
             raise SettingsError(
-                "stdout is closed: start with it open (>/dev/null drops the access log)"
-            )
-        settings, key_line = with_key(load_settings(argv, os.environ))
-    except SettingsError as error:  # in the log format asked for, if that one was readable
-        refuse_start(str(error), None, os.environ, argv)
-        return 2
-    start_logging(settings, os.environ)  # with the key made just now, which Redact keeps out
+                f"--seed {settings.seed}: not a JSON array of pets: {reason}"
+            ) from None
+    if settings.database:
+        return DatabaseStore(settings.database, seed, password=settings.database_password)
+    if settings.data:
+        try:
+            return FileStore(settings.data, seed)
+        except DataFileError as error:
+            raise SettingsError(str(error)) from None
+    return MemoryStore(seed)
+
+
+def _start(argv: Sequence[str], *, uvicorn: bool) -> tuple[Settings, str, Petstore, Any]:
+    """The settings, a generated key's line, the app and (for `python app.py`) the bound socket;
+    or the one line that says why not, and SystemExit."""
+    settings = None
     try:
-        sock = bound_socket(settings)  # before the store loads: an address in use says so first
-        app = build(settings)
-    except SettingsError as error:  # the data file, the seed, the address
-        refuse_start(str(error), settings, os.environ)
-        return 2
-
-    def announce(ready_line: str) -> None:  # a generated key only once the start succeeded
-        if not app.access_log.announce(key_line + ready_line) and key_line:
-            logging.getLogger("petstore").error(
-                "the generated API key could not be shown (stdout can't be written), so no"
-                " request can be authorized: configure a key (--api-key, PETSTORE_API_KEYS)"
+        settings, key_line = with_key(load_settings(argv, os.environ))
+        configure_logging(settings)
+        workers = uvicorn and multiprocessing.parent_process() is not None
+        shared = (settings.data or settings.database) and not key_line and not settings.admin_keys
+        if workers and not shared and "--reload" not in sys.argv:
+            raise SettingsError(
+                "several workers need a shared store and configured keys, and no admin key:"
+                " set PETSTORE_DATABASE_URL and PETSTORE_API_KEYS, or run one worker"
             )
+        sock = None if uvicorn else bound_socket(settings)  # before the store: a port in use first
+        return settings, key_line, create_app(settings, open_store(settings)), sock
+    except SettingsError as error:
+        refuse_start(str(error), asks_json(argv, os.environ), settings.secrets if settings else ())
+        raise SystemExit(3 if uvicorn else 2) from None  # 3: uvicorn's; its workers then stop
 
-    # The stack itself: Petstore's own call is one await more a request.
-    serve(
-        app.app,
-        settings,
-        app.health.stop,
-        note_refusal=app.access_log.note_refusal,
-        sock=sock,
-        announce=announce,
-        stops_asked=stops_asked,
-    )
+
+def main(argv: Sequence[str]) -> int:
+    """`python app.py [flags]`: serve until SIGTERM or Ctrl-C."""
+    settings, key_line, petstore, sock = _start(argv, uvicorn=False)
+    serve(petstore.app, settings, sock, petstore.health.stop, key_line)
     return 0
 
 
 def __getattr__(name: str) -> Any:
-    """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use only, and the
-    HTTP protocol of `python app.py` for the same settings (their client timeout, `drop`, the
-    server's 400s in the access log), put in uvicorn's (adopt_protocol), or named by `--http
-    app:StallGuard` (which uvicorn imports first)."""
-    if name not in ("app", "StallGuard"):
+    """`uvicorn app:app`: the app built from PETSTORE_* variables, on first use."""
+    if name != "app":
         raise AttributeError(name)
-    settings, config = None, uvicorn_config()
-    try:
-        settings, key_line = with_key(load_settings([], os.environ))
-        # uvicorn's proxy headers, on unless --no-proxy-headers, take X-Forwarded-For's address
-        # (with no Config found, another server's may: assumed to).
-        settings = dataclasses.replace(settings, forwarded=config is None or config.proxy_headers)
-        # uvicorn set up its loggers before importing us: in JSON, they are ours to redo.
-        start_logging(settings, os.environ, uvicorn_too=settings.log_format == "json")
-        check_workers(settings, generated_key=bool(key_line))
-        warn_of_unread(os.environ)
-        app = build(settings)
-        if key_line:  # uvicorn listens only once we are built: said before that, once
-            app.access_log.announce(key_line)
-    except SettingsError as error:
-        refuse_start(str(error), settings, os.environ)  # None: read for its format
-        # uvicorn's own code for a start that failed: its --workers supervisor then stops
-        # instead of starting the worker again and again.
-        raise SystemExit(STARTUP_FAILURE) from None
-    protocol = http_protocol(settings, app.access_log.note_refusal)
-    if config is not None:
-        adopt_protocol(config, protocol)
-    globals().update(app=app, StallGuard=protocol)
-    return globals()[name]
+    _, key_line, petstore, _ = _start([], uvicorn=True)
+    sys.stdout.write(key_line)
+    sys.stdout.flush()
+    globals()["app"] = petstore
+    return petstore
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

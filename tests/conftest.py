@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import shutil
 import signal
@@ -39,30 +40,33 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def access_log() -> io.StringIO:
-    return io.StringIO()
-
-
-@pytest.fixture
 def store() -> MemoryStore:
     return MemoryStore()
 
 
 @pytest.fixture
-def app(settings: Settings, store: MemoryStore, access_log: io.StringIO) -> Petstore:
+def app(settings: Settings, store: MemoryStore) -> Petstore:
     """The app over a store the test can reach."""
-    return create_app(settings, store, access_log=access_log)
+    return create_app(settings, store)
 
 
 @pytest.fixture
-def read_access_log(app: Petstore, access_log: io.StringIO) -> Callable[[], str]:
-    """The access log so far, flushed first (as the lifespan does every 50 ms)."""
+def read_access_log(app: Petstore) -> Iterator[Callable[[], str]]:
+    """The in-process app's access-log lines so far, as text."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    access = logging.getLogger("petstore.access")
+    level = access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
 
     def read() -> str:
-        app.access_log.flush()
-        return access_log.getvalue()
+        app.requests.flush()
+        return stream.getvalue()
 
-    return read
+    yield read
+    access.removeHandler(handler)
+    access.setLevel(level)
 
 
 def assert_error(response: httpx.Response, status: int, code: str) -> str:
@@ -82,7 +86,7 @@ async def serving(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """An authenticated client of the in-process app, lifespan started."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (
-        app.router.lifespan_context(app),
+        app.starlette.router.lifespan_context(app.starlette),
         httpx.AsyncClient(transport=transport, base_url="http://petstore", headers=AUTH) as c,
     ):
         yield c

@@ -5,36 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import gc
-import io
 import json
 import random
 import re
 import socket
-import time
-import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
 
-from accesslog import AccessLog
 from app import Petstore, create_app
-from datafile import FileStore
-from journal import BATCH, Journal
-from middleware import BearerAuth
-from routing import BODY, SENT_REQUEST_ID, STATUS, Endpoint, IndexedRouter
-from schemas import seed_decoder
+from filestore import FileStore
+from schemas import SeedPet, decode
 from settings import Settings
-from store import MemoryStore, PetStore
-from tests.conftest import AUTH, KEY, ServerFactory, assert_error, wait_until
+from store import MemoryStore, PetStore, seed_pets
+from testplane import Journal
+from tests.conftest import AUTH, KEY, ServerFactory, assert_error
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +49,11 @@ def plane_app(
     store: PetStore | None = None,
     chance: Callable[[], float] = random.random,
 ) -> Petstore:
-    return create_app(settings, store or MemoryStore(), access_log=io.StringIO(), chance=chance)
+    """The app with the plane on; `chance` is its fault rules' random draw."""
+    app = create_app(settings, store or MemoryStore())
+    if app.tenant.faults is not None:
+        app.tenant.faults.chance = chance
+    return app
 
 
 @contextlib.asynccontextmanager
@@ -68,7 +61,7 @@ async def running(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the in-process app (no credential of its own), lifespan started."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (
-        app.router.lifespan_context(app),
+        app.starlette.router.lifespan_context(app.starlette),
         httpx.AsyncClient(transport=transport, base_url="http://petstore") as client,
     ):
         yield client
@@ -127,34 +120,12 @@ async def test_without_an_admin_key_prefer_is_ignored(
     assert "preference-applied" not in response.headers
 
 
-def stack_of(app: Petstore) -> list[Any]:
-    """The layers from the outermost to the router."""
-    layers: list[Any] = []
-    layer: Any = app.app
-    while not isinstance(layer, IndexedRouter):
-        layers.append(layer)
-        layer = layer.app
-    return layers
-
-
-def endpoints_of(app: Petstore) -> list[Endpoint]:
-    routes = [route for route in app.router.routes if isinstance(route, Route)]
-    return [route.endpoint for route in routes if isinstance(route.endpoint, Endpoint)]
-
-
 @pytest.mark.parametrize(("settings", "on"), [(Settings(api_keys=(KEY,)), False), (PLANE, True)])
 def test_off_means_the_plane_is_not_in_the_request_path(settings: Settings, on: bool) -> None:
-    """Without an admin key the plane is not in the request path; with one, it is."""
-    # Without an admin key no journal is kept, no endpoint intercepts, one key set is checked: no
-    # request does any work for the plane. With one, all three are there.
+    """Without an admin key no journal is kept and no fault is looked for; with one, both are."""
     app = plane_app(settings)
-    assert (app.plane is not None) is on
-    assert (app.access_log.journal is not None) is on
-    intercepting = [endpoint for endpoint in endpoints_of(app) if endpoint.interceptor]
-    assert len(intercepting) == (2 if on else 0)  # /v1/pets and /v1/pets/{petId}
-    [auth] = [layer for layer in stack_of(app) if isinstance(layer, BearerAuth)]
-    assert len(auth.credentials) == (2 if on else 1)
-    assert (b"prefer" in app.access_log.sought) is on  # the look through the headers
+    assert (app.tenant.journal is not None) is on
+    assert (app.tenant.faults is not None) is on
 
 
 @pytest.mark.parametrize(
@@ -182,12 +153,7 @@ async def test_admin_openapi_needs_no_credential_and_v1_keeps_three_operations(
     """/_admin/openapi.json is public and describes the plane; /v1's still has three operations."""
     admin = await plane.get("/_admin/openapi.json")
     assert admin.status_code == 200
-    assert set(admin.json()["paths"]) == {
-        "/reset",
-        "/requests",
-        "/faults",
-        "/faults/{ruleId}",
-    }
+    assert {"/reset", "/requests", "/faults", "/faults/{ruleId}"} <= set(admin.json()["paths"])
     v1 = (await plane.get("/v1/openapi.json")).json()
     operations = [op["operationId"] for item in v1["paths"].values() for op in item.values()]
     assert sorted(operations) == ["createPet", "getPet", "listPets"]
@@ -211,9 +177,8 @@ async def test_reset_without_a_seed_empties_the_store_and_restarts_the_ids(
 
 async def test_reset_with_a_seed_goes_back_to_the_seed_ids_included() -> None:
     """Reset of a seeded store: the seed again, and the next id is the one after it."""
-    store = MemoryStore()
     seed = [{"name": "A", "categoryId": 1}, {"id": 7, "name": "B", "categoryId": 2}]
-    store.seed(seed_decoder.decode(json.dumps(seed)))
+    store = MemoryStore(seed_pets(decode(json.dumps(seed).encode(), list[SeedPet])))
     async with running(plane_app(store=store)) as plane:
         await plane.post("/v1/pets", json=REX, headers=AUTH)
         response = await plane.post("/_admin/reset", headers=ADMIN)
@@ -227,8 +192,8 @@ async def test_reset_with_a_seed_goes_back_to_the_seed_ids_included() -> None:
 
 async def test_a_seed_that_takes_the_last_id_leaves_a_store_that_takes_no_create() -> None:
     """A seed holding id 2**63 - 1: a create is 503, and /readyz says so, as a data file's would."""
-    store = MemoryStore()
-    store.seed(seed_decoder.decode(json.dumps([{"id": 2**63 - 1, "name": "A", "categoryId": 1}])))
+    seed = [{"id": 2**63 - 1, "name": "A", "categoryId": 1}]
+    store = MemoryStore(seed_pets(decode(json.dumps(seed).encode(), list[SeedPet])))
     async with running(plane_app(store=store)) as plane:
         created = await plane.post("/v1/pets", json=REX, headers=AUTH)
         ready = await plane.get("/readyz")
@@ -259,12 +224,12 @@ async def test_reset_is_refused_with_a_data_file(tmp_path: Path) -> None:
 
 async def test_journal_is_in_the_order_requests_arrived() -> None:
     """The journal lists requests in the order they arrived, and holds each once it ends."""
-    # A request held by a delay is numbered as it arrives and listed before the requests that came
-    # after it and ended first: `seq`, `time` and the order agree, and `limit` keeps the ones that
-    # arrived last. They were in the order they ended: a retry before the try.
+    # A request held by a delay is listed before the requests that came after it and ended first:
+    # `time` and the order agree, `seq` stays what it was, and `limit` keeps the ones that arrived
+    # last. They were in the order they ended: a retry before the try.
     app = plane_app()
-    assert app.plane is not None
-    faults = app.plane.faults
+    faults = app.tenant.faults
+    assert faults is not None
     async with running(app) as plane:
         # Long enough for the next request and a read of the journal, on a loaded machine.
         await add_rule(plane, operation="getPet", delayMs=2000, times=1)
@@ -280,7 +245,7 @@ async def test_journal_is_in_the_order_requests_arrived() -> None:
         newest = await plane.get("/_admin/requests?limit=1", headers=ADMIN)
     assert [e["requestId"] for e in before] == ["second"]
     assert [e["requestId"] for e in entries] == ["first", "second"]
-    assert entries[0]["seq"] < entries[1]["seq"] == before[0]["seq"]
+    assert entries[1]["seq"] == before[0]["seq"] != entries[0]["seq"]
     assert entries[0]["time"] < entries[1]["time"]
     assert entries[0]["durationMs"] >= 2000
     assert [e["requestId"] for e in newest.json()["requests"]] == ["second"]
@@ -332,8 +297,8 @@ async def test_journal_leaves_out_admin_probes_and_docs(plane: httpx.AsyncClient
 
 
 async def test_journal_filters_and_limit(plane: httpx.AsyncClient) -> None:
-    """The journal filters by method, path, status and requestId, and limit, alone and together."""
-    # path and requestId match exactly; limit keeps the N that arrived last.
+    """The journal filters by method, path and status, and limit, alone and together."""
+    # path matches exactly; limit keeps the N that arrived last.
     await plane.post("/v1/pets", json=REX, headers=AUTH)  # 1: 201
     await plane.get("/v1/pets", headers=AUTH)  # 2: 200
     await plane.get("/v1/pets/1", headers=AUTH)  # 3: 200
@@ -353,11 +318,9 @@ async def test_journal_filters_and_limit(plane: httpx.AsyncClient) -> None:
     assert await seqs(limit=99) == [1, 2, 3, 4, 5]
     assert await seqs(limit="9" * 30) == [1, 2, 3, 4, 5]  # past int64: still a positive integer
     assert await seqs(limit="0" * 30 + "2") == [4, 5]
-    assert await seqs(requestId="mine-5") == [5]
-    assert await seqs(requestId="mine-", status=401) == []
 
 
-@pytest.mark.parametrize("query", ["requestid=mine-5", "since=1", "after=2", "x", "limit=1&q=a"])
+@pytest.mark.parametrize("query", ["requestId=mine-5", "since=1", "after=2", "x", "limit=1&q=a"])
 async def test_journal_refuses_a_filter_it_does_not_have(
     plane: httpx.AsyncClient, query: str
 ) -> None:
@@ -367,7 +330,7 @@ async def test_journal_refuses_a_filter_it_does_not_have(
     await plane.get("/v1/pets", headers=AUTH)
     response = await plane.get(f"/_admin/requests?{query}", headers=ADMIN)
     message = assert_error(response, 400, "validation_error")
-    assert "is not one of `limit`, `method`, `path`, `requestId`, `status`" in message
+    assert "is not one of `limit`, `method`, `path`, `status`" in message
 
 
 @pytest.mark.parametrize(
@@ -383,11 +346,11 @@ async def test_journal_is_a_ring_that_counts_what_it_dropped() -> None:
     """With --journal-size 3, 10 requests leave the last 3 and dropped 7; a clear resets both."""
     settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), journal_size=3)
     app = plane_app(settings)
+    assert app.tenant.journal is not None
     async with running(app) as plane:
         for number in range(1, 11):
             await plane.get(f"/v1/pets/{number}", headers=AUTH)
-            assert app.plane and app.plane.journal
-            assert app.plane.journal.count == min(number, 3)
+            assert len(app.tenant.journal.entries()) == min(number, 3)
         found = await journal(plane)
         assert [entry["path"] for entry in found["requests"]] == [
             "/v1/pets/8",
@@ -400,7 +363,7 @@ async def test_journal_is_a_ring_that_counts_what_it_dropped() -> None:
 
 
 async def test_journal_size_zero_records_nothing() -> None:
-    """--journal-size 0: no journal layer, and the journal reads empty."""
+    """--journal-size 0: no journal is kept, and the journal reads empty."""
     settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), journal_size=0)
     async with running(plane_app(settings)) as plane:
         await plane.get("/v1/pets", headers=AUTH)
@@ -542,31 +505,23 @@ async def test_a_key_with_a_plus_in_a_query_is_redacted_however_the_plus_is_read
     assert "in/Key~0123456789" not in response.text
 
 
-async def note(journal_: Journal, scope: dict[str, Any], status: int, request_id: bytes) -> None:
-    """A request that ended with `status` noted in the journal as the service notes it: by
-    AccessLog, around an app that answers nothing but says its status, as BytesResponse does;
-    `request_id` its X-Request-Id."""
-
-    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
-        scope[STATUS] = status
-
-    arrived = {"type": "http", "root_path": "", "query_string": b"", "headers": [], **scope}
-    arrived[SENT_REQUEST_ID] = request_id
-    await AccessLog(answer, None, journal_)(arrived, _no_receive, _no_send)
-
-
-async def _no_receive() -> Message:
-    raise AssertionError("nothing is read")
-
-
-async def _no_send(message: Message) -> None:
-    raise AssertionError("nothing is sent")
+def record(journal_: Journal, query: bytes = b"", body: bytes | None = None) -> None:
+    """A POST /v1/pets that ended 201, recorded as the middleware records it."""
+    scope = {"method": "POST", "path": "/v1/pets", "root_path": "", "query_string": query}
+    journal_.record(
+        {**scope, "headers": []},
+        status=201,
+        started=0.0,
+        duration=0.001,
+        request_id="id-1",
+        body=body,
+    )
 
 
 @pytest.mark.parametrize(
     "body",
     [
-        # JSON-escaped across the cut: it takes six bytes a character, past the room kept.
+        # JSON-escaped across the cut: it takes six bytes a character.
         '{"name":"' + "n" * (4066 - 9) + "".join(f"\\u{ord(c):04x}" for c in KEY) + '"}',
         # Many keys before the cut, each redacted shorter, then one cut off where the kept
         # bytes end: the redacted text was shorter than the limit, and gave that piece out.
@@ -576,14 +531,13 @@ async def _no_send(message: Message) -> None:
     ],
     ids=["escaped", "shortened", "surrogates"],
 )
-async def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
+def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> None:
     """Every key is redacted whole or not given out, however the body's 4096-byte cut falls."""
     # The cut may fall on a key escaped, after keys that redaction shortened, or as a surrogate
     # pair.
     secrets = (KEY, "Ab\U0001f600")
     journal_ = Journal(10, secrets)
-    scope = {"path": "/v1/pets", "method": "POST", "query_string": b"", "headers": []}
-    await note(journal_, {**scope, BODY: [body.encode()]}, 201, b"id-1")
+    record(journal_, body=body.encode()[: journal_.body_kept])
     (entry,) = journal_.entries()
     assert entry.bodyTruncated is True
     assert isinstance(entry.body, str)
@@ -597,172 +551,27 @@ async def test_no_piece_of_a_key_is_given_out_at_the_bodys_cut(body: str) -> Non
             assert not unescaped.endswith(secret[:size]), (secret[:size], given[-80:])
 
 
-async def test_journal_times_follow_the_wall_clock_when_it_is_set(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An entry's time follows the wall clock when it is set, as the access log's does."""
-    # An entry's time is its monotonic arrival turned into the wall clock when the journal is read:
-    # a wall clock set an hour on since the start (NTP, an operator, a suspend) moves it. The offset
-    # used to be taken once, at the start.
-    journal_ = Journal(10, [KEY])
-    scope = {"path": "/v1/pets", "method": "GET", "query_string": b"", "headers": []}
-    await note(journal_, scope, 200, b"id-1")
-    (before,) = journal_.entries()
-    hour = 3600 * 10**9
-    real_time_ns = time.time_ns
-    monkeypatch.setattr("schemas.time.time_ns", lambda: real_time_ns() + hour)
-    (after,) = journal_.entries()
-    moved = datetime.datetime.fromisoformat(after.time) - datetime.datetime.fromisoformat(
-        before.time
-    )
-    assert 3599 < moved.total_seconds() < 3601
-
-
-async def test_a_password_with_an_ampersand_across_two_parameters_is_redacted() -> None:
+def test_a_password_with_an_ampersand_across_two_parameters_is_redacted() -> None:
     """A password with a raw `&` across two query parameters is redacted, the query decoded."""
     # A database password may hold a raw `&`: in a query with its other characters percent-encoded
     # it spans two parameters, which decoded one at a time hold no secret; the query is then given
     # out decoded whole, redacted.
     journal_ = Journal(10, [KEY, "p\u00e4&ss+w\u00f6rd"])
-    scope = {"path": "/v1/pets", "method": "GET", "headers": []}
-    await note(journal_, {**scope, "query_string": b"x=p%C3%A4&ss%2Bw%C3%B6rd&y=1%2B1"}, 200, b"a")
-    await note(
-        journal_, {**scope, "query_string": b"q=a%26b&x=p%C3%A4%26ss%2Bw%C3%B6rd"}, 200, b"b"
-    )
+    record(journal_, b"x=p%C3%A4&ss%2Bw%C3%B6rd&y=1%2B1")
+    record(journal_, b"q=a%26b&x=p%C3%A4%26ss%2Bw%C3%B6rd")
     whole, alone = journal_.entries()
     assert whole.query == "x=[redacted]&y=1+1"
     assert alone.query == "q=a%26b&x=[redacted]"
-    assert not journal_.entries(request_id="\u20ac")  # no id past Latin-1: not "?"
-
-
-async def test_journal_memory_is_bounded() -> None:
-    """1,000 entries with 4 KiB bodies take a few MB; the ring never holds more than its size."""
-    # The entries' scopes are as uvicorn makes them.
-    journal_ = Journal(PLANE.journal_size, [KEY])
-
-    def scope(number: int) -> dict[str, Any]:
-        headers = [
-            (b"host", b"127.0.0.1:8000"),
-            (b"user-agent", b"python-httpx/0.28.1"),
-            (b"accept", b"*/*"),
-            (b"content-type", b"application/json"),
-            (b"content-length", b"4097"),
-            (b"authorization", f"Bearer {KEY}".encode()),
-        ]
-        return {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "server": ("127.0.0.1", 8000),
-            "client": ("127.0.0.1", 50000 + number % 1000),
-            "scheme": "http",
-            "root_path": "",
-            "headers": headers,
-            "state": {},
-            "method": "POST",
-            "path": "/v1/pets",
-            "raw_path": b"/v1/pets",
-            "query_string": b"",
-        }
-
-    tracemalloc.start()
-    try:
-        for number in range(3000):
-            body = [bytes(bytearray(8192))]  # its own, over the limit: cut to body_kept bytes
-            arrived = {**scope(number), BODY: body}
-            await note(journal_, arrived, 201, b"0123abcd-%x" % number)
-            assert journal_.count == min(number + 1, 1000)  # what it gives out
-            # What it holds past that: fewer than a batch packed, fewer than a batch pending.
-            assert journal_.held < 1000 + BATCH
-            assert len(journal_.pending) < BATCH
-        used, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert journal_.dropped == 2000
-    assert used < 5_000_000, used
-    # Nothing in the ring for the garbage collector to go through again and again: no entry
-    # is a container that the collector tracks.
-    assert not any(map(gc.is_tracked, journal_.batches))
 
 
 async def test_the_journal_takes_what_is_under_v1_past_the_root_path() -> None:
-    """/v1 and what is under it, past a root path the server set, and nothing else."""
-    # AccessLog decides which requests go into the journal, by their path without the root path
-    # (which uvicorn puts in front of the path, as ASGI says).
-    journal_ = Journal(10, [KEY])
-    for root, path in [
-        ("/store", "/store/v1/pets/7"),  # journaled as /v1/pets/7
-        ("", "/v1"),
-        ("", "/v10/pets"),  # not under /v1
-        ("/store", "/store/healthz"),
-        ("", "/_admin/requests"),
-        ("", "/v1/pets"),
-    ]:
-        await note(journal_, {"root_path": root, "path": path, "method": "GET"}, 200, b"id")
-    assert [entry.path for entry in journal_.entries()] == ["/v1/pets/7", "/v1", "/v1/pets"]
-
-
-async def test_a_read_takes_the_journal_as_it_is_when_it_begins() -> None:
-    """A read's copy holds the requests that had ended when it began, not those after."""
-    # The JSON is built in a thread from a copy while the loop goes on noting requests; the
-    # copy once shared the list the loop appends the newest requests to.
-    journal_ = Journal(1000, [KEY])
-    scope = {"path": "/v1/pets", "method": "GET"}
-    for number in range(BATCH + 3):  # a batch packed, three pending
-        await note(journal_, scope, 200, b"before-%d" % number)
-    copied = journal_.copy()
-    await note(journal_, scope, 200, b"after")
-    assert [entry.requestId for entry in copied.entries()][-1] == f"before-{BATCH + 2}"
-    assert (len(copied.entries()), copied.dropped) == (BATCH + 3, 0)
-    assert len(journal_.entries()) == BATCH + 4
-
-
-async def test_journal_keeps_16_kib_of_a_request_s_headers() -> None:
-    """An entry keeps the headers whole, in order, until 16 KiB, and says it left the rest out."""
-    # A head may hold 64 KiB and more, from clients with no key. A thousand entries of 100 KiB heads
-    # stay within 25 MB (they took 112 MB). A head within 16 KiB is kept whole.
-    journal_ = Journal(PLANE.journal_size, [KEY])
-    pads = [(b"x-pad-%d" % n, b"p" * 8000) for n in range(12)]
-    big = {"type": "http", "method": "GET", "path": "/v1/pets", "query_string": b""}
-    tracemalloc.start()
-    try:
-        for number in range(1000):
-            arrived = {**big, "headers": [(b"host", b"x"), *pads]}
-            await note(journal_, arrived, 401, b"id-%d" % number)
-        used, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    small = {**big, "headers": [(b"host", b"x"), *pads[:2]]}
-    await note(journal_, small, 401, b"small")
-    first = {**big, "headers": [(b"x-big", b"b" * 40_000), (b"host", b"x")]}
-    await note(journal_, first, 401, b"first")  # nothing kept (it once kept all)
-    just_past = {**big, "headers": [(b"x-%d" % n, b"j" * 1000) for n in range(17)]}
-    await note(journal_, just_past, 401, b"just")  # 17 KB: kept whole, it was
-    *_, cut, whole, none, sixteen = journal_.entries()
-    assert used < 25_000_000, used
-    assert (none.headers, none.headersTruncated) == ({}, True)
-    assert (len(sixteen.headers), sixteen.headersTruncated) == (16, True)
-    assert (list(cut.headers), cut.headersTruncated) == (["host", "x-pad-0", "x-pad-1"], True)
-    assert (list(whole.headers), whole.headersTruncated) == (
-        ["host", "x-pad-0", "x-pad-1"],
-        msgspec.UNSET,
-    )
-
-
-async def test_reading_a_full_journal_leaves_the_loop_to_others() -> None:
-    """A full journal is read off the event loop: a /healthz sent after it is answered first."""
-    # A thousand entries with their 16 KiB of headers take a while to turn into JSON; on the loop,
-    # the read held every other request for 0.24 s.
-    app = plane_app()
-    pads = {f"x-pad-{n}": "p" * 1000 for n in range(16)}
-    async with running(app) as http:
-        for _ in range(1000):
-            await http.get("/v1/pets", headers=pads)
-        read = asyncio.create_task(http.get("/_admin/requests", headers=ADMIN))
-        probe = asyncio.create_task(http.get("/healthz"))
-        done, _ = await asyncio.wait([read, probe], return_when=asyncio.FIRST_COMPLETED)
-        assert done == {probe}
-        assert len((await read).json()["requests"]) == 1000
+    """/v1 and what is under it, past the root path, and nothing else."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), root_path="/store")
+    async with running(plane_app(settings)) as plane:
+        for path in ("/v1/pets/7", "/v1", "/v10/pets", "/healthz", "/_admin/faults", "/v1/pets"):
+            await plane.get(path, headers=AUTH)
+        found = await journal(plane)
+    assert [entry["path"] for entry in found["requests"]] == ["/v1/pets/7", "/v1", "/v1/pets"]
 
 
 # --------------------------------------------------------------------------- fault rules
@@ -893,7 +702,8 @@ async def test_drop_rules_need_the_service_s_own_protocol(plane: httpx.AsyncClie
     response = await plane.post(
         "/_admin/faults", json={"operation": "*", "drop": True}, headers=ADMIN
     )
-    assert "StallGuard" in assert_error(response, 400, "validation_error")
+    assert "python app.py" in assert_error(response, 400, "validation_error")
+    assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == []
 
 
 async def test_rules_are_listed_and_removed(plane: httpx.AsyncClient) -> None:
@@ -952,35 +762,20 @@ async def test_bad_rule_is_400_naming_the_field(
     assert (await plane.get("/_admin/faults", headers=ADMIN)).json() == []
 
 
-async def test_whole_numbers_in_a_rule_are_integers(plane: httpx.AsyncClient) -> None:
-    """`3.0` is the integer 3 (as JSON Schema counts), `1e2` is 100; `1e999999999` is refused."""
+async def test_numbers_past_a_rule_s_bounds_name_the_field(plane: httpx.AsyncClient) -> None:
+    """A number past any bound (`1e999999999`) is a 400 naming the field."""
     headers = {**ADMIN, "Content-Type": "application/json"}
-    body = b'{"operation": "*", "status": 503.0, "times": 3.0, "delayMs": 1e2}'
-    response = await plane.post("/_admin/faults", content=body, headers=headers)
-    assert response.json() == {"operation": "*", "status": 503, "delayMs": 100, "times": 3, "id": 1}
     for huge in (b"1e999999999", b"1e99999999999999999999", b"-1e99999999999999999999"):
         body = b'{"operation": "*", "delayMs": %s}' % huge
         response = await plane.post("/_admin/faults", content=body, headers=headers)
         assert "$.delayMs" in assert_error(response, 400, "validation_error")
-    # JSON, though Python makes no int of 4,301 digits: the field named, not "not JSON".
-    body = b'{"operation": "*", "times": 1%s}' % (b"0" * 4300)
-    response = await plane.post("/_admin/faults", content=body, headers=headers)
-    assert "$.times" in assert_error(response, 400, "validation_error")
-    response = await plane.post("/_admin/faults", content=body[:-1] + b",}", headers=headers)
-    assert_error(response, 400, "malformed_json")
-    response = await plane.post("/_admin/faults", content=b"[1%s]" % (b"0" * 4300), headers=headers)
-    assert "an object" in assert_error(response, 400, "validation_error")
 
 
 async def test_a_rule_that_is_not_json_is_malformed(plane: httpx.AsyncClient) -> None:
-    """A body that is not JSON: 400 malformed_json; another content type: 415."""
+    """A body that is not JSON: 400 malformed_json."""
     headers = {**ADMIN, "Content-Type": "application/json"}
     response = await plane.post("/_admin/faults", content=b'{"operation":', headers=headers)
     assert_error(response, 400, "malformed_json")
-    response = await plane.post(
-        "/_admin/faults", content=b"{}", headers={**ADMIN, "Content-Type": "text/plain"}
-    )
-    assert_error(response, 415, "unsupported_media_type")
 
 
 # --------------------------------------------------------------------------- Prefer
@@ -1186,42 +981,6 @@ def test_a_delay_is_never_shorter_than_asked(start_server: ServerFactory) -> Non
     durations = [entry["durationMs"] for entry in entries]
     assert len(durations) == 15
     assert min(durations) >= 20, durations
-
-
-def test_a_create_whose_client_left_during_a_delay_is_stored_then_replayed(
-    start_server: ServerFactory,
-) -> None:
-    """A create whose client left during a delay is stored, journaled 201, its retry replayed."""
-    # A create held by an injected delay whose client leaves meanwhile (its timeout shorter than the
-    # delay) is handled as usual once the delay is over: stored, journaled 201 with its body, and
-    # its retry with the same Idempotency-Key replayed. uvicorn dropped the body the client had
-    # sent, and the create was lost (journaled a 400 with no body).
-    server = start_server("--admin-key", ADMIN_KEY)
-    body = b'{"name":"Rex","categoryId":1}'
-    head = (
-        f"POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
-        "Content-Type: application/json\r\nIdempotency-Key: retry-1\r\nPrefer: delay=300\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as gone:
-        gone.sendall(head.encode() + body)  # and leaves at once
-    with server.client() as http:
-
-        def journaled() -> list[dict[str, Any]]:
-            entries: list[dict[str, Any]] = http.get("/_admin/requests", headers=ADMIN).json()[
-                "requests"
-            ]
-            return entries
-
-        wait_until(lambda: journaled() != [], "the create handled once its delay is over")
-        (entry,) = journaled()
-        assert (entry["status"], entry["body"]) == (201, body.decode())
-        assert http.get("/v1/pets/1").json() == {"id": 1, "name": "Rex", "categoryId": 1}
-        retry = {"Content-Type": "application/json", "Idempotency-Key": "retry-1"}
-        retried = http.post("/v1/pets", content=body, headers=retry)
-        assert (retried.status_code, retried.headers.get("idempotent-replayed")) == (201, "true")
-        assert retried.json() == {"id": 1, "name": "Rex", "categoryId": 1}
-    assert server.stop() in (0, -15)
 
 
 @pytest.mark.parametrize(

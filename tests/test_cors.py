@@ -60,63 +60,33 @@ async def test_allowed_preflight_is_answered_before_the_credential(
     response = await client.options(
         "/v1/pets", headers={**preflight(APP_ORIGIN), "Authorization": ""}
     )
-    assert response.status_code == 200
-    assert response.headers["access-control-allow-origin"] == APP_ORIGIN
-    methods = response.headers["access-control-allow-methods"]
-    assert {method.strip() for method in methods.split(",")} == {"GET", "HEAD", "POST", "DELETE"}
-    allowed = response.headers["access-control-allow-headers"].lower()
-    assert set(REQUEST_HEADERS.split(", ")) <= {name.strip() for name in allowed.split(",")}
+    assert (response.status_code, response.text) == (200, "OK")
+    assert cors_headers(response) == {
+        "access-control-allow-origin": APP_ORIGIN,
+        "access-control-allow-methods": "GET, HEAD, POST, DELETE",
+        "access-control-allow-headers": (
+            "Accept, Accept-Language, Authorization, Content-Language, Content-Type,"
+            " Idempotency-Key, Prefer, X-Request-Id"
+        ),
+        "access-control-max-age": "600",
+    }
     assert "Origin" in response.headers["vary"]
-    assert "access-control-allow-credentials" not in response.headers
-
-
-@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
-@pytest.mark.parametrize("asked", ["", " "])
-async def test_a_preflight_asking_for_no_header_is_allowed(
-    client: httpx.AsyncClient, asked: str
-) -> None:
-    """An empty Access-Control-Request-Headers asks for no header (Fetch: an empty list)."""
-    # Starlette read it as one header named "", and refused the preflight.
-    response = await client.options("/v1/pets", headers=preflight(APP_ORIGIN, headers=asked))
-    assert response.status_code == 200, response.text
-    assert response.headers["access-control-allow-origin"] == APP_ORIGIN
-    # An empty line beside one that asks for a header not allowed: still refused.
-    both = [
-        *preflight(APP_ORIGIN, headers=asked).items(),
-        ("Access-Control-Request-Headers", "X-Other"),
-    ]
-    assert_error(await client.options("/v1/pets", headers=both), 400, "validation_error")
-
-
-@pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
-async def test_a_configured_origin_may_reach_a_private_address(
-    client: httpx.AsyncClient,
-) -> None:
-    """A preflight asking for private-network access is allowed for a configured origin only."""
-    # Chrome's Private Network Access: a public page calling the dev server on localhost asks in its
-    # preflight first (Starlette refuses by default: "Disallowed CORS private-network").
-    asking = {"Access-Control-Request-Private-Network": "true"}
-    allowed = await client.options("/v1/pets", headers={**preflight(APP_ORIGIN), **asking})
-    assert allowed.status_code == 200
-    assert allowed.headers["access-control-allow-private-network"] == "true"
-    other = await client.options("/v1/pets", headers={**preflight(OTHER_ORIGIN), **asking})
-    assert other.status_code == 400
 
 
 @pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])
 @pytest.mark.parametrize(
     ("headers", "refused"),
     [
-        pytest.param(preflight(OTHER_ORIGIN), f"origin {OTHER_ORIGIN!r}", id="other-origin"),
-        pytest.param(preflight(APP_ORIGIN, method="PUT"), "method 'PUT'", id="other-method"),
+        pytest.param(preflight(OTHER_ORIGIN), "origin", id="other-origin"),
+        pytest.param(preflight(APP_ORIGIN, method="PUT"), "method", id="other-method"),
         pytest.param(
             preflight(APP_ORIGIN, headers="Authorization, X-Secret, prefer"),
-            "headers 'X-Secret'",
+            "headers",
             id="other-header",
         ),
         pytest.param(
             preflight(OTHER_ORIGIN, method="PUT", headers="x-a,,x-b"),
-            f"origin {OTHER_ORIGIN!r}, method 'PUT', headers 'x-a', '', 'x-b'",
+            "origin, method, headers",
             id="all-three",
         ),
     ],
@@ -124,13 +94,18 @@ async def test_a_configured_origin_may_reach_a_private_address(
 async def test_refused_preflight_is_an_error_body(
     client: httpx.AsyncClient, headers: dict[str, str], refused: str
 ) -> None:
-    """A refused preflight: 400 validation_error naming what was refused, no allowance."""
-    # Refused: a preflight for another origin, another method or another header.
-    response = await client.options("/v1/pets", headers=headers)
-    message = assert_error(response, 400, "validation_error")
-    assert message == f"Disallowed CORS {refused}: this preflight is refused"
-    if refused.startswith("origin"):
-        assert "access-control-allow-origin" not in response.headers
+    """A refused preflight: 400 validation_error naming what was refused, before the credential."""
+    # Refused: a preflight for another origin, another method or another header. No allowance
+    # for an origin that is not configured.
+    response = await client.options("/v1/pets", headers={**headers, "Authorization": ""})
+    assert (response.status_code, response.headers["content-type"]) == (400, "application/json")
+    assert response.json() == {
+        "code": "validation_error",
+        "message": f"Disallowed CORS {refused}: this preflight is refused",
+        "status": 400,
+    }
+    granted = response.headers.get("access-control-allow-origin")
+    assert granted == (None if "origin" in refused else APP_ORIGIN)
 
 
 @pytest.mark.parametrize("settings", [WITH_CORS], ids=["cors"])

