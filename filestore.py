@@ -182,13 +182,8 @@ class FileStore(MemoryStore):
     async def add(self, new_pet: NewPet, key: str | None = None) -> tuple[Pet, bool]:
         done: asyncio.Future[Pet] = asyncio.get_running_loop().create_future()
         with self.lock:
-            # A replay is a read: it is answered even while the store takes no creates.
-            if key is not None and (made := self.keys.claim(key, new_pet)) is not None:
+            if (made := self.claim(new_pet, key)) is not None:
                 return made, True
-            if (problem := self.unwritable) is not None:
-                if key is not None:
-                    self.keys.release(key)
-                raise StorageUnavailable(problem)
             pet = stored_pet(self.next_id, new_pet)
             self.next_id += 1  # taken for good, even if its write fails
             keyed = None if key is None else KeyedLine(pet, key, int(time.time()))

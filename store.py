@@ -198,14 +198,19 @@ class MemoryStore:
     def count(self) -> int:
         return len(self.index.pets)
 
+    def claim(self, new_pet: NewPet, key: str | None) -> Pet | None:
+        """The pet to replay for `key` (even while creates fail), or None: the create goes on."""
+        if key is not None and (made := self.keys.claim(key, new_pet)) is not None:
+            return made
+        if (problem := self.unwritable) is not None:
+            self.keys.release(key or "")
+            raise StorageUnavailable(problem)
+        return None
+
     async def add(self, new_pet: NewPet, key: str | None = None) -> tuple[Pet, bool]:
         with self.lock:
-            if key is not None and (made := self.keys.claim(key, new_pet)) is not None:
+            if (made := self.claim(new_pet, key)) is not None:
                 return made, True
-            if (problem := self.unwritable) is not None:
-                if key is not None:
-                    self.keys.release(key)
-                raise StorageUnavailable(problem)
             pet = stored_pet(self.index.last_id + 1, new_pet)
             self.index.append(pet)
             if key is not None:

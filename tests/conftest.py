@@ -99,6 +99,17 @@ async def client(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it ends the connection (a reset fails the test)."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        raise AssertionError(f"connection still open; received {received!r}") from None
+    return received
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

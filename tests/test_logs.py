@@ -56,6 +56,16 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return objects
 
 
+def assert_redacted_line(line: str, log_format: str, request_id: str) -> None:
+    """The access line of a GET /v1/pets/<a key> answered 400, its key redacted."""
+    if log_format == "text":
+        assert text_line("127.0.0.1", "GET /v1/pets/[redacted]", 400, request_id).fullmatch(line)
+    else:
+        (parsed,) = json_lines(line)
+        expected = ("/v1/pets/[redacted]", 400, request_id)
+        assert (parsed["path"], parsed["status"], parsed["requestId"]) == expected
+
+
 def access_lines(text: str) -> list[dict[str, Any]]:
     """The access-log objects in `text`, but those of the readiness polls."""
     return [line for line in json_lines(text) if line["path"] != "/readyz"]
@@ -184,15 +194,7 @@ async def test_a_secret_in_a_path_is_redacted_in_the_access_log(
     for form in (secret, quoted(secret), json.dumps(secret)[1:-1], secret.replace('"', '\\"')):
         assert form not in written
     (line,) = written.splitlines()
-    if log_format == "text":
-        assert text_line("127.0.0.1", "GET /v1/pets/[redacted]", 400, "hider").fullmatch(line)
-    else:
-        (parsed,) = json_lines(line)
-        assert (parsed["path"], parsed["status"], parsed["requestId"]) == (
-            "/v1/pets/[redacted]",
-            400,
-            "hider",
-        )
+    assert_redacted_line(line, log_format, "hider")
 
 
 @pytest.mark.anyio
@@ -468,15 +470,7 @@ def test_no_key_in_uvicorn_s_trace_lines(start_server: ServerFactory, log_format
     for secret in (KEY, ADMIN_KEY):
         assert secret not in server.stdout + server.stderr
     (line,) = [line for line in server.stdout.splitlines() if "/v1/pets/" in line]
-    if log_format == "text":
-        assert text_line("127.0.0.1", "GET /v1/pets/[redacted]", 400, "[redacted]").fullmatch(line)
-    else:
-        (parsed,) = json_lines(line)
-        assert (parsed["path"], parsed["status"], parsed["requestId"]) == (
-            "/v1/pets/[redacted]",
-            400,
-            "[redacted]",
-        )
+    assert_redacted_line(line, log_format, "[redacted]")
 
 
 def test_no_key_in_uvicorn_s_access_log_under_uvicorn_app(launch: Launcher) -> None:

@@ -28,20 +28,17 @@ from uvicorn.server import ServerState
 import healthcheck
 from protocol import DROP, REQUIRED, HttpProtocol
 from settings import Settings
-from tests.conftest import KEY, ROOT, ServerFactory, environment, free_port, wait_until
+from tests.conftest import (
+    KEY,
+    ROOT,
+    ServerFactory,
+    environment,
+    free_port,
+    read_until_closed,
+    wait_until,
+)
 
 # --------------------------------------------------------------------------- helpers
-
-
-def read_until_closed(sock: socket.socket) -> bytes:
-    """Everything the server sends until it ends the connection (a reset fails the test)."""
-    received = b""
-    try:
-        while chunk := sock.recv(65536):
-            received += chunk
-    except TimeoutError:
-        raise AssertionError(f"connection still open; received {received!r}") from None
-    return received
 
 
 def exchange_on(sock: socket.socket, sent: bytes) -> bytes:

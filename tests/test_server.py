@@ -33,6 +33,7 @@ from tests.conftest import (
     child_of,
     environment,
     free_port,
+    read_until_closed,
     serving,
     wait_until,
 )
@@ -44,19 +45,6 @@ ADMIN = bearer(ADMIN_KEY)
 AUTH_LINE = b"Authorization: Bearer %s\r\n" % KEY.encode()
 # How a process stopped by SIGTERM may end: 0, or killed by the signal uvicorn raises again.
 STOPPED = (0, -signal.SIGTERM)
-
-
-def read_until_closed(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (the socket's timeout applies)."""
-    received = b""
-    try:
-        while chunk := sock.recv(65536):
-            received += chunk
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        raise AssertionError(f"connection still open; received {received!r}") from None
-    return received
 
 
 def parse_response(raw: bytes) -> tuple[str, dict[str, str], Any]:
