@@ -10,7 +10,6 @@ import logging.handlers
 import queue
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -90,9 +89,8 @@ class LineWriter(logging.handlers.QueueHandler):
     def write(self) -> None:
         while (record := self.lines.get()) is not None:
             self.stream.write(f"{record.msg}\n")
-            if self.lines.empty():
+            if self.lines.empty():  # the middleware hands lines over in batches already
                 self.stream.flush()
-                time.sleep(0.02)
         self.stream.flush()
 
     def stop(self, seconds: float = 2.0) -> None:
