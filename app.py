@@ -19,11 +19,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import schemas
@@ -39,23 +37,21 @@ from schemas import (
     JSONResponse,
     NewPet,
     Pet,
+    Route,
     error_response,
     invalid,
+    not_found,
 )
 from server import bound_socket, serve
 from settings import Settings, SettingsError, asks_json, load_settings, with_key
 from store import IdempotencyConflict, MemoryStore, PetStore, seed_pets
-from testplane import STATUS, Faults, Journal, Plane, Tenant
+from testplane import Faults, Journal, Plane, Tenant
 
 GET_PET_PATH: Final = PETS_PATH + "/{petId}"
 _INTEGER: Final = re.compile(r"(-?)0*([0-9]{1,19})")
 _KEY: Final = re.compile(schemas.IDEMPOTENCY_KEY_PATTERN)
 _STATUSES: Final = {status.value: status for status in schemas.PetStatus}
 UNSUPPORTED: Final = ErrorCode.UNSUPPORTED_MEDIA_TYPE
-_DEPRECATED: Final = (
-    (b"deprecation", schemas.DEPRECATION.encode()),
-    (b"sunset", schemas.SUNSET.encode()),
-)
 
 
 @dataclasses.dataclass
@@ -69,14 +65,18 @@ class Health:
         self.stopping = True
 
 
-def _query(request: Request, name: str, low: int, high: int, default: int) -> int:
-    """An integer query parameter; a 400 for anything else."""
-    if (text := request.query_params.get(name)) is None:
-        return default
+def _integer(text: str, what: str, low: int, high: int) -> int:
+    """`text` as an integer from `low` to `high`; a 400 naming `what` for anything else."""
     found = _INTEGER.fullmatch(text)
     if not found or not low <= (value := int(found[1] + found[2])) <= high:
-        raise invalid(f"Query parameter `{name}` must be an integer from {low} to {high}")
+        raise invalid(f"{what} must be an integer from {low} to {high}")
     return value
+
+
+def _query(request: Request, name: str, low: int, high: int, default: int) -> int:
+    """An integer query parameter; a 400 for anything else."""
+    text = request.query_params.get(name)
+    return default if text is None else _integer(text, f"Query parameter `{name}`", low, high)
 
 
 def idempotency_key(request: Request) -> str | None:
@@ -184,14 +184,8 @@ class Handlers:
         tenant: Tenant = request.scope[TENANT]
         if tenant.faults and (fault := await tenant.faults.intercept(request, "getPet")):
             return fault
-        found = _INTEGER.fullmatch(request.path_params["petId"])
-        if (
-            not found
-            or not schemas.INT64_MIN <= (pet_id := int(found[1] + found[2])) <= schemas.INT64_MAX
-        ):
-            raise invalid(
-                f"petId must be an integer from {schemas.INT64_MIN} to {schemas.INT64_MAX}"
-            )
+        text = request.path_params["petId"]
+        pet_id = _integer(text, "petId", schemas.INT64_MIN, schemas.INT64_MAX)
         pet = await tenant.store.get(pet_id)
         if pet is None:
             raise ApiError(404, ErrorCode.NOT_FOUND, f"No pet has id {pet_id}")
@@ -208,35 +202,12 @@ class Handlers:
         return JSONResponse({"status": "ready"})
 
 
-_HTTP_ERRORS: Final = {
-    404: (ErrorCode.NOT_FOUND, "No resource at this path"),
-    405: (ErrorCode.METHOD_NOT_ALLOWED, "Method not allowed here"),
-}
-
-
-async def answer_error(request: Request, error: Exception) -> Response:
-    """Every refusal as the Error shape; anything unexpected as a 500 that tells nothing (the
-    middleware logs it)."""
-    if isinstance(error, ApiError):
-        return error.response()
-    if isinstance(error, HTTPException):
-        code, message = _HTTP_ERRORS.get(error.status_code, (ErrorCode.VALIDATION_ERROR, ""))
-        headers = dict(error.headers or {})
-        if "Allow" in headers:  # Starlette's order is a set's
-            headers["Allow"] = ", ".join(sorted(headers["Allow"].split(", ")))
-        return error_response(error.status_code, code, message or error.detail, headers)
-    if isinstance(error, ClientDisconnect):
-        request.scope[STATUS] = None  # nobody to answer
-        return Response()
-    return error_response(500, ErrorCode.INTERNAL_ERROR, "Internal error; the log has details")
-
-
 @dataclasses.dataclass
 class Petstore:
     """The ASGI app, with handles on its parts for `main` and tests."""
 
     app: ASGIApp
-    starlette: Starlette
+    router: Router
     health: Health
     tenant: Tenant
     metrics: Metrics | None
@@ -248,8 +219,9 @@ class Petstore:
 
 def _deprecation(scope: Scope) -> list[tuple[bytes, bytes]]:
     """getPet's headers, on every answer of its path."""
-    link = f'<{scope.get("root_path", "")}{PETS_PATH}>; rel="successor-version"'.encode()
-    return [*_DEPRECATED, (b"link", link)]
+    link = f'<{scope.get("root_path", "")}{PETS_PATH}>; rel="successor-version"'
+    headers = {"deprecation": schemas.DEPRECATION, "sunset": schemas.SUNSET, "link": link}
+    return [(name.encode(), value.encode()) for name, value in headers.items()]
 
 
 def create_app(settings: Settings, store: PetStore) -> Petstore:
@@ -266,10 +238,8 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
         plane = Plane(tenant, settings)
     metrics = Metrics(store, datafile=isinstance(store, FileStore)) if settings.metrics else None
     if metrics and isinstance(store, FileStore):
-        store.on_sync, store.on_write_error = (
-            metrics.sync_duration.observe,
-            metrics.write_errors.inc,
-        )
+        store.on_sync = metrics.sync_duration.observe
+        store.on_write_error = metrics.write_errors.inc
 
     async def scrape(request: Request) -> Response:
         return Response(metrics.exposition() if metrics else b"", media_type=CONTENT_TYPE_LATEST)
@@ -290,7 +260,7 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
     ]
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Router) -> AsyncIterator[None]:
         try:
             await store.open()
         except DatabaseError as error:  # a schema this service can't use: one line, no traceback
@@ -305,19 +275,16 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
             requests.flush()
             flush_logs()
 
-    errors: dict[Any, Any] = dict.fromkeys(
-        (ApiError, HTTPException, ClientDisconnect, Exception), answer_error
-    )
-    starlette = Starlette(routes=routes, exception_handlers=errors, lifespan=lifespan)
-    starlette.router.redirect_slashes = False  # a redirect would be a non-2xx without an Error
+    # No redirect to a path with or without a trailing slash: a non-2xx without an Error.
+    router = Router(routes, redirect_slashes=False, default=not_found, lifespan=lifespan)
     keys = {hashlib.sha256(key.encode()).digest(): tenant for key in settings.api_keys}
     app: ASGIApp = BearerAuth(
-        starlette, tenants=keys, default=tenant, admin_keys=settings.admin_keys, routes=routes
+        router, tenants=keys, default=tenant, admin_keys=settings.admin_keys, routes=routes
     )
     if settings.cors_origins:
         app = Cors(app, settings.cors_origins)
     app = requests = Requests(app, settings, metrics, {GET_PET_PATH: _deprecation})
-    return Petstore(app, starlette, health, tenant, metrics, requests)
+    return Petstore(app, router, health, tenant, metrics, requests)
 
 
 def open_store(settings: Settings) -> PetStore:

@@ -14,6 +14,7 @@ from typing import Final
 
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -133,9 +134,8 @@ class Requests:
             if not status:
                 why = "The service stopped before this request was answered" if cut else ""
                 message = why or "Internal error; the log has details"
-                await error_response(500, ErrorCode.INTERNAL_ERROR, message)(
-                    scope, receive, send_with_id
-                )
+                response = error_response(500, ErrorCode.INTERNAL_ERROR, message)
+                await response(scope, receive, send_with_id)
             if cut:
                 raise
         duration = time.perf_counter() - clock
@@ -204,9 +204,6 @@ class Area:
         self.not_bearer = (f"Not a bearer token: {send}", challenge)
         self.wrong = (f"The {key_name} is not accepted", f'{challenge}, error="invalid_token"')
 
-    def guards(self, path: str) -> bool:
-        return _under(path, self.prefix) and path != self.public
-
 
 API_AREA: Final = Area(API_PREFIX, schemas.OPENAPI_PATH, schemas.BEARER_REALM, "API key")
 ADMIN_AREA: Final = Area(
@@ -215,10 +212,9 @@ ADMIN_AREA: Final = Area(
 
 
 class BearerAuth:
-    """Refuses every request under /v1 (and, with the plane, /_admin) without a key of that
-    area, before routing, so an unauthenticated client learns nothing; puts the key's tenant in
-    the scope. `tenants` maps a key's SHA-256 (a lookup then tells nothing of a key's
-    characters) to its tenant; `default` takes refused requests."""
+    """Refuses a request under /v1 (or, with the plane, /_admin) without that area's key, before
+    routing; puts the key's tenant in the scope (`tenants` maps a key's SHA-256 to it: a lookup
+    tells nothing of a key's characters); answers the routes' ApiErrors in the Error shape."""
 
     def __init__(
         self,
@@ -237,18 +233,23 @@ class BearerAuth:
             path = route_path(scope)
             if _under(path, API_PREFIX):
                 scope[TENANT] = self.default  # the public document's, and the refused requests'
-            if API_AREA.guards(path):
-                digest = self._digest(scope)
-                if (tenant := self.tenants.get(digest) if digest else None) is None:
-                    await self._refuse(scope, receive, send, API_AREA, digest)
-                    return
-                scope[TENANT] = tenant
-            elif self.admin and ADMIN_AREA.guards(path):
+                if path != API_AREA.public:
+                    digest = self._digest(scope)
+                    if (tenant := self.tenants.get(digest) if digest else None) is None:
+                        await self._refuse(scope, receive, send, API_AREA, digest)
+                        return
+                    scope[TENANT] = tenant
+            elif self.admin and _under(path, ADMIN_AREA.prefix) and path != ADMIN_AREA.public:
                 digest = self._digest(scope)
                 if digest not in self.admin:
                     await self._refuse(scope, receive, send, ADMIN_AREA, digest)
                     return
-        await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        except schemas.ApiError as error:
+            await error.response()(scope, receive, send)
+        except ClientDisconnect:
+            scope[STATUS] = None  # nobody to answer
 
     @staticmethod
     def _digest(scope: Scope) -> bytes | None:

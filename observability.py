@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import bisect
+import collections
+import itertools
 import json
 import logging
 import logging.config
@@ -10,11 +13,12 @@ import logging.handlers
 import queue
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import uvicorn.config
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from schemas import rfc3339
 from settings import Settings
@@ -22,6 +26,9 @@ from store import PetStore
 
 REDACTED: Final = "[redacted]"
 _METHODS: Final = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH"))
+_BUCKETS: Final = Histogram.DEFAULT_BUCKETS[:-1]  # and +Inf
+_BUCKET_NAMES: Final = [*map(str, _BUCKETS), "+Inf"]
+_LABELS: Final = ["method", "route"]
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
@@ -167,23 +174,14 @@ def refuse_start(reason: str, json_lines: bool, secrets: Sequence[str] = ()) -> 
 
 
 class Metrics:
-    """The service's Prometheus metrics, in a registry of its own (one per app)."""
+    """The service's Prometheus metrics, in a registry of its own (one per app). Requests are
+    counted in dicts, made metric families at a scrape: cheaper than a Counter and a Histogram."""
 
     def __init__(self, store: PetStore, *, datafile: bool) -> None:
         registry = self.registry = CollectorRegistry()
-        self.children: dict[tuple[str, str, int | None], tuple[Any, Any]] = {}
-        self.requests = Counter(
-            "petstore_http_requests",
-            "HTTP requests answered, by method, route template and status",
-            ["method", "route", "status"],
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "petstore_http_request_duration_seconds",
-            "Time from a request's arrival to its answer",
-            ["method", "route"],
-            registry=registry,
-        )
+        self.counts: collections.Counter[tuple[str, str, int | None]] = collections.Counter()
+        self.durations: dict[tuple[str, str], list[float]] = {}  # bucket counts, then the sum
+        registry.register(self)
         pets = Gauge("petstore_pets", "Pets stored", registry=registry)
         pets.set_function(lambda: store.count)
         writable = Gauge("petstore_store_writable", "1 when creates can succeed", registry=registry)
@@ -201,15 +199,29 @@ class Metrics:
         )
 
     def observe(self, method: str, route: str, status: int | None, seconds: float) -> None:
-        """Count one answered request; the labelled children are kept, a lookup each cost more
-        than the counting."""
+        """Count one answered request."""
         method = method if method in _METHODS else "other"  # no label grows with the traffic
-        if (children := self.children.get((method, route, status))) is None:
-            counter = self.requests.labels(method, route, "dropped" if status is None else status)
-            children = (counter, self.duration.labels(method, route))
-            self.children[(method, route, status)] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self.counts[method, route, status] += 1
+        if (counts := self.durations.get((method, route))) is None:
+            counts = self.durations[method, route] = [0.0] * (len(_BUCKETS) + 2)
+        counts[bisect.bisect_left(_BUCKETS, seconds)] += 1
+        counts[-1] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        """The request metrics, made at a scrape."""
+        text = "HTTP requests answered, by method, route template and status"
+        requests = CounterMetricFamily("petstore_http_requests", text, labels=[*_LABELS, "status"])
+        for (method, route, status), count in self.counts.items():
+            requests.add_metric(
+                [method, route, "dropped" if status is None else str(status)], count
+            )
+        text = "Time from a request's arrival to its answer"
+        name = "petstore_http_request_duration_seconds"
+        duration = HistogramMetricFamily(name, text, labels=_LABELS)
+        for labels, counts in self.durations.items():
+            buckets = zip(_BUCKET_NAMES, itertools.accumulate(counts[:-1]), strict=True)
+            duration.add_metric(list(labels), list(buckets), counts[-1])
+        yield from (requests, duration)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -9,7 +9,7 @@ from typing import Any, Final
 import msgspec
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]  # ships no types
 
 import schemas
@@ -246,4 +246,5 @@ async def _file(request: Request) -> Response:
 
 def docs_routes() -> list[BaseRoute]:
     """GET /docs, Swagger UI over the interface's document, and the files it loads."""
-    return [Route("/docs", _page), *(Route(f"/docs/{name}", _file) for name in _FILES)]
+    route = schemas.Route
+    return [route("/docs", _page), *(route(f"/docs/{name}", _file) for name in _FILES)]

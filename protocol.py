@@ -9,10 +9,7 @@ from typing import Final
 
 # The one use of uvicorn's internals (uvicorn is pinned to the minor version tested with it):
 # only the connection can time a client out, answer bytes that are no request, or drop one.
-from uvicorn.protocols.http.httptools_impl import (
-    STATUS_LINE,
-    HttpToolsProtocol,
-)
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from schemas import ErrorCode, error_response
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import enum
@@ -10,7 +11,10 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
 import msgspec
+from starlette import routing
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocketClose
 
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
@@ -225,6 +229,23 @@ def error_response(
     return JSONResponse(Error(code, message, status), status, headers)
 
 
+class Route(routing.Route):
+    """Starlette's Route, but a method it doesn't take is refused in the Error shape."""
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.methods and scope["method"] not in self.methods:
+            allow = {"Allow": ", ".join(sorted(self.methods))}
+            raise ApiError(405, ErrorCode.METHOD_NOT_ALLOWED, "Method not allowed here", allow)
+        await self.app(scope, receive, send)
+
+
+async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer at a path no route takes; a WebSocket, which none takes, is closed."""
+    if scope["type"] == "websocket":
+        return await WebSocketClose()(scope, receive, send)
+    raise ApiError(404, ErrorCode.NOT_FOUND, "No resource at this path")
+
+
 def invalid(message: str) -> ApiError:
     """A 400 `validation_error`: a parameter, a header or a body the contract refuses."""
     return ApiError(400, ErrorCode.VALIDATION_ERROR, message)
@@ -275,6 +296,8 @@ def decode(body: bytes, type_: type[T]) -> T:
     """The body as `type_`, or a 400: `malformed_json` when it is not JSON at all (whatever else
     is wrong with it), else `validation_error` naming the field and the problem. Whole numbers
     count as JSON Schema counts them: `1.0` is 1."""
+    with contextlib.suppress(msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return msgspec.json.decode(body, type=type_)  # the common case, in one pass
     try:
         value = _any_json.decode(body)
     except msgspec.ValidationError:  # a whole number past Python's: JSON, if the syntax holds

@@ -18,7 +18,7 @@ import msgspec
 from msgspec.structs import asdict
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 from starlette.types import Scope
 
 import schemas
@@ -223,12 +223,13 @@ class Plane:
         self.default, self.settings = default, settings
 
     def routes(self) -> list[BaseRoute]:
+        route, admin = schemas.Route, schemas.ADMIN_PREFIX
         return [
-            Route(f"{schemas.ADMIN_PREFIX}/reset", self.reset, methods=["POST"]),
-            Route(f"{schemas.ADMIN_PREFIX}/requests", self.requests, methods=["GET", "DELETE"]),
-            Route(f"{schemas.ADMIN_PREFIX}/faults", self.faults, methods=["GET", "POST", "DELETE"]),
-            Route(f"{schemas.ADMIN_PREFIX}/faults/{{ruleId}}", self.faults, methods=["DELETE"]),
-            Route(schemas.ADMIN_OPENAPI_PATH, self.openapi, methods=["GET"]),
+            route(f"{admin}/reset", self.reset, methods=["POST"]),
+            route(f"{admin}/requests", self.requests, methods=["GET", "DELETE"]),
+            route(f"{admin}/faults", self.faults, methods=["GET", "POST", "DELETE"]),
+            route(f"{admin}/faults/{{ruleId}}", self.faults, methods=["DELETE"]),
+            route(schemas.ADMIN_OPENAPI_PATH, self.openapi, methods=["GET"]),
         ]
 
     def tenant(self, request: Request) -> Tenant:

@@ -14,8 +14,9 @@ import json
 from typing import Annotated, Any
 
 import msgspec
-from fastapi import Depends, FastAPI, Header, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi import Response as FastResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -164,12 +165,15 @@ class PydanticPet(Pydantic):
     id: int
 
 
-async def check(authorization: str = Header("")) -> None:
-    if not hmac.compare_digest(authorization.encode(), KEY):
+async def check(
+    credentials: Annotated[HTTPAuthorizationCredentials, Depends(HTTPBearer())],
+) -> None:
+    if not hmac.compare_digest(credentials.credentials.encode(), KEY.removeprefix(b"Bearer ")):
         raise HTTPException(401, "no", {"WWW-Authenticate": REFUSED["WWW-Authenticate"]})
 
 
-# The idiomatic FastAPI app: pydantic models in and out, the answers validated against them.
+# The idiomatic FastAPI app: the key checked by FastAPI's HTTPBearer (which, as the service's
+# does, documents the scheme in its OpenAPI), pydantic models in and out, answers validated.
 fastapi_app = FastAPI(dependencies=[Depends(check)])
 
 

@@ -86,7 +86,7 @@ async def serving(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """An authenticated client of the in-process app, lifespan started."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (
-        app.starlette.router.lifespan_context(app.starlette),
+        app.router.lifespan_context(app.router),
         httpx.AsyncClient(transport=transport, base_url="http://petstore", headers=AUTH) as c,
     ):
         yield c

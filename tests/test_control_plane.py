@@ -61,7 +61,7 @@ async def running(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the in-process app (no credential of its own), lifespan started."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with (
-        app.starlette.router.lifespan_context(app.starlette),
+        app.router.lifespan_context(app.router),
         httpx.AsyncClient(transport=transport, base_url="http://petstore") as client,
     ):
         yield client

@@ -214,7 +214,7 @@ async def test_readyz_is_503_after_shutdown(app: Petstore) -> None:
     # shutdown.
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://petstore") as c:
-        async with app.starlette.router.lifespan_context(app.starlette):
+        async with app.router.lifespan_context(app.router):
             assert (await c.get("/readyz")).status_code == 200
             app.health.stopping = True
             stopping = assert_error(await c.get("/readyz"), 503, "storage_unavailable")

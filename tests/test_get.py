@@ -207,7 +207,7 @@ async def test_successor_link_carries_a_root_path_set_by_the_server(
     # The server sets it as uvicorn --root-path does.
     transport = httpx.ASGITransport(app=app, root_path="/api")
     async with (
-        app.starlette.router.lifespan_context(app.starlette),
+        app.router.lifespan_context(app.router),
         httpx.AsyncClient(transport=transport, base_url="http://petstore") as http,
     ):
         await http.post("/api/v1/pets", json=REX, headers=AUTH)

@@ -263,7 +263,7 @@ async def api_client(app: Petstore) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a server that sets root_path /api itself (uvicorn --root-path)."""
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, root_path="/api")
     async with (
-        app.starlette.router.lifespan_context(app.starlette),
+        app.router.lifespan_context(app.router),
         httpx.AsyncClient(transport=transport, base_url="http://petstore", headers=AUTH) as c,
     ):
         yield c
