@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import schemas
 from filestore import DataFileError, FileStore
+from journal import Journal
 from middleware import TENANT, BearerAuth, Cors, Requests
 from observability import Metrics, configure_logging, flush_logs, refuse_start
 from openapi import docs_routes, openapi_document
@@ -45,7 +46,7 @@ from schemas import (
 from server import bound_socket, serve
 from settings import Settings, SettingsError, asks_json, load_settings, with_key
 from store import IdempotencyConflict, MemoryStore, PetStore, seed_pets
-from testplane import Faults, Journal, Plane, Tenant
+from testplane import Faults, Plane, Tenant
 
 GET_PET_PATH: Final = PETS_PATH + "/{petId}"
 _INTEGER: Final = re.compile(r"(-?)0*([0-9]{1,19})")
@@ -212,6 +213,7 @@ class Petstore:
     tenant: Tenant
     metrics: Metrics | None
     requests: Requests
+    plane: Plane | None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
@@ -231,12 +233,15 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
     handlers = Handlers(settings, store, health)
-    tenant, plane = Tenant(store), None
+    tenant = Tenant(store)
     if settings.admin_keys:
         size = settings.journal_size
         tenant = Tenant(store, Journal(size, settings.secrets) if size else None, Faults())
-        plane = Plane(tenant, settings)
-    metrics = Metrics(store, datafile=isinstance(store, FileStore)) if settings.metrics else None
+    keys = {hashlib.sha256(key.encode()).digest(): tenant for key in settings.api_keys}
+    plane = Plane(tenant, settings, keys) if settings.admin_keys else None
+    tenants = plane.tenants if plane else {}
+    datafile = isinstance(store, FileStore)
+    metrics = Metrics(store, tenants, datafile=datafile) if settings.metrics else None
     if metrics and isinstance(store, FileStore):
         store.on_sync = metrics.sync_duration.observe
         store.on_write_error = metrics.write_errors.inc
@@ -277,14 +282,13 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
 
     # No redirect to a path with or without a trailing slash: a non-2xx without an Error.
     router = Router(routes, redirect_slashes=False, default=not_found, lifespan=lifespan)
-    keys = {hashlib.sha256(key.encode()).digest(): tenant for key in settings.api_keys}
     app: ASGIApp = BearerAuth(
         router, tenants=keys, default=tenant, admin_keys=settings.admin_keys, routes=routes
     )
     if settings.cors_origins:
         app = Cors(app, settings.cors_origins)
     app = requests = Requests(app, settings, metrics, {GET_PET_PATH: _deprecation})
-    return Petstore(app, router, health, tenant, metrics, requests)
+    return Petstore(app, router, health, tenant, metrics, requests, plane)
 
 
 def open_store(settings: Settings) -> PetStore:

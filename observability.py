@@ -11,9 +11,11 @@ import logging
 import logging.config
 import logging.handlers
 import queue
+import re
+import secrets
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from typing import Any, Final
 
 import uvicorn.config
@@ -25,6 +27,8 @@ from settings import Settings
 from store import PetStore
 
 REDACTED: Final = "[redacted]"
+TENANT_KEY_PREFIX: Final = "pt_"  # a tenant's key: this, then 43 characters of token_urlsafe
+_TENANT_KEY: Final = re.compile(TENANT_KEY_PREFIX + r"[\w-]{43}")
 _METHODS: Final = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH"))
 _BUCKETS: Final = Histogram.DEFAULT_BUCKETS[:-1]  # and +Inf
 _BUCKET_NAMES: Final = [*map(str, _BUCKETS), "+Inf"]
@@ -32,10 +36,16 @@ _LABELS: Final = ["method", "route"]
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
-    """`text` with every secret in it replaced; `secrets` longest first."""
+    """`text` with every secret in it replaced, and whatever has a tenant key's form; `secrets`
+    longest first."""
     for secret in secrets:
         text = text.replace(secret, REDACTED)
-    return text
+    return _TENANT_KEY.sub(REDACTED, text) if TENANT_KEY_PREFIX in text else text
+
+
+def tenant_key() -> str:
+    """A new tenant's key: random, and of a form redact() finds without a list of the keys."""
+    return TENANT_KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 class Redact(logging.Filter):
@@ -177,7 +187,7 @@ class Metrics:
     """The service's Prometheus metrics, in a registry of its own (one per app). Requests are
     counted in dicts, made metric families at a scrape: cheaper than a Counter and a Histogram."""
 
-    def __init__(self, store: PetStore, *, datafile: bool) -> None:
+    def __init__(self, store: PetStore, tenants: Sized, *, datafile: bool) -> None:
         registry = self.registry = CollectorRegistry()
         self.counts: collections.Counter[tuple[str, str, int | None]] = collections.Counter()
         self.durations: dict[tuple[str, str], list[float]] = {}  # bucket counts, then the sum
@@ -186,6 +196,8 @@ class Metrics:
         pets.set_function(lambda: store.count)
         writable = Gauge("petstore_store_writable", "1 when creates can succeed", registry=registry)
         writable.set_function(lambda: store.unwritable is None)
+        count = Gauge("petstore_tenants", "Tenants the plane made", registry=registry)
+        count.set_function(lambda: len(tenants))
         file_registry = registry if datafile else None  # only with a data file
         self.sync_duration = Histogram(
             "petstore_datafile_sync_duration_seconds",

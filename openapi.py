@@ -19,7 +19,7 @@ _REF: Final = "#/components/schemas/{name}"
 # The status each error code comes with; `injected_fault` comes with each the plane injects.
 _STATUSES: Final = {
     **dict.fromkeys(["malformed_json", "validation_error"], 400),
-    **dict.fromkeys(["idempotency_conflict", "reset_unavailable"], 409),
+    **dict.fromkeys(["idempotency_conflict", "reset_unavailable", "tenant_limit_reached"], 409),
     **{"unauthorized": 401, "not_found": 404, "payload_too_large": 413},
     **{"unsupported_media_type": 415, "idempotency_key_reused": 422},
     **{"internal_error": 500, "storage_unavailable": 503},
@@ -102,7 +102,7 @@ def _operation(
             **always,
         )
     more["parameters"] = list(params)
-    return {"operationId": name.format(""), "description": doc, **more, "responses": responses}
+    return {"operationId": name, "description": doc, **more, "responses": responses}
 
 
 def _document(title: str, server: str, scheme: str, paths: Json, components: Json) -> Json:
@@ -166,44 +166,91 @@ def openapi_document(root_path: str, *, plane: bool) -> Json:
     return _document("Petstore", root_path + schemas.API_PREFIX, "bearerAuth", paths, components)
 
 
-def _plane(refs: list[Json]) -> Json:
-    """The plane's paths: reset, the journal and the fault rules."""
+def _plane(refs: list[Json], tenant: bool) -> Json:
+    """The paths of a tenant's reset, journal and fault rules: the plane's own, or (`tenant`)
+    those under /tenants/{tenantId}, each operation's name with Tenant in it (resetTenant)."""
     new_rule, rule, journal, reset_done = refs[:4]
+    own = [_param("tenantId", "Id of the tenant", where="path")] if tenant else []
+
+    def op(
+        name: str, doc: str, schema: Json | None = None, codes: str = "", *more: Any, **body: Any
+    ) -> Json:
+        return _operation(
+            name.format("Tenant" if tenant else ""),
+            doc,
+            schema,
+            codes + " not_found" * tenant,
+            *own,
+            *more,
+            **body,
+        )
+
     filters = [
         _param("method", "Only requests with this method"),
         _param("path", "Only requests for exactly this path"),
         _param("status", "Only requests with this status", "integer", minimum=100, maximum=599),
         _param("limit", "Only the newest N that match", "integer", minimum=1),
+        _param(
+            "atLeast", "Answer once N match (or waitMs ran out)", "integer", minimum=1, maximum=1000
+        ),
+        _param(
+            "waitMs", "How long atLeast may wait, default 0", "integer", minimum=0, maximum=60000
+        ),
     ]
     reset = "Put back the pets of the start, ids too, and empty the journal, faults and keys"
     rule_id = _param("ruleId", "Id of the rule", "integer", "path", minimum=1)
+    rules = {"type": "array", "items": rule}
+    prefix = "/tenants/{tenantId}" if tenant else ""
     return {
-        "/reset": {"post": _operation("reset", reset, reset_done, "reset_unavailable")},
-        "/requests": {
-            "get": _operation(
-                "listRequests", "Requests to /v1", journal, "validation_error", *filters
-            ),
-            "delete": _operation("clearRequests", "Forget the requests"),
+        f"{prefix}/reset": {"post": op("reset{}", reset, reset_done, "reset_unavailable")},
+        f"{prefix}/requests": {
+            "get": op("list{}Requests", "Requests to /v1", journal, "validation_error", *filters),
+            "delete": op("clear{}Requests", "Forget the requests"),
         },
-        "/faults": {
-            "post": _operation("addFault", "Make a fault rule", rule, body=new_rule),
-            "get": _operation(
-                "listFaults", "The rules, oldest first", {"type": "array", "items": rule}
-            ),
-            "delete": _operation("clearFaults", "Remove every fault rule"),
+        f"{prefix}/faults": {
+            "post": op("add{}Fault", "Make a fault rule", rule, body=new_rule),
+            "get": op("list{}Faults", "The rules, oldest first", rules),
+            "delete": op("clear{}Faults", "Remove every fault rule"),
         },
-        "/faults/{ruleId}": {
-            "delete": _operation("removeFault", "Remove a fault rule", None, "not_found", rule_id)
+        f"{prefix}/faults/{{ruleId}}": {
+            "delete": op("remove{}Fault", "Remove a fault rule", None, "not_found", rule_id)
+        },
+    }
+
+
+def _tenants(refs: list[Json]) -> Json:
+    """The paths that make, list, show and delete tenants."""
+    new_tenant, created, tenant, tenants = refs[4:8]
+    tenant_id = _param("tenantId", "Id of the tenant", where="path")
+    make = "Make a tenant: an API key with pets, ids, journal, faults and keys of its own"
+    location = {"Location": _header("Path of the tenant")}
+    gone = "Delete a tenant: its key is refused from now on"
+    return {
+        "/tenants": {
+            "post": _operation(
+                "createTenant",
+                make,
+                created,
+                "tenant_limit_reached",
+                body=new_tenant,
+                headers=location,
+            ),
+            "get": _operation("listTenants", "Every tenant, oldest first", tenants),
+        },
+        "/tenants/{tenantId}": {
+            "get": _operation("getTenant", "A tenant", tenant, "not_found", tenant_id),
+            "delete": _operation("deleteTenant", gone, None, "not_found", tenant_id),
         },
     }
 
 
 def admin_openapi_document(root_path: str) -> Json:
-    """The test-control plane under /_admin: reset, the journal and fault rules."""
+    """The test-control plane under /_admin: tenants; reset, the journal and fault rules."""
     plane = (schemas.NewFaultRule, schemas.FaultRule, schemas.Journal, schemas.ResetDone)
-    refs, components = _components(*plane, schemas.Error)
+    tenants = (schemas.NewTenant, schemas.TenantCreated, schemas.Tenant, schemas.TenantList)
+    refs, components = _components(*plane, *tenants, schemas.Error)
     components["NewFaultRule"]["allOf"] = _RULE_COMBINATIONS
-    paths = _plane(refs)
+    paths = {**_plane(refs, False), **_tenants(refs), **_plane(refs, True)}
     server = f"{root_path}{schemas.ADMIN_PREFIX}"
     return _document("Petstore test-control plane", server, "adminAuth", paths, components)
 

@@ -74,6 +74,7 @@ class ErrorCode(enum.Enum):
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     RESET_UNAVAILABLE = "reset_unavailable"
     INJECTED_FAULT = "injected_fault"
+    TENANT_LIMIT_REACHED = "tenant_limit_reached"
 
 
 INT64: Final = {"format": "int64"}
@@ -183,12 +184,44 @@ class Journal(msgspec.Struct):
 
     requests: list[JournalEntry]
     dropped: int
+    complete: Annotated[
+        bool | msgspec.UnsetType, msgspec.Meta(description="With atLeast: whether it was reached")
+    ] = msgspec.UNSET
 
 
 class ResetDone(msgspec.Struct):
     """The store is back to its state right after start: this many pets."""
 
     pets: int
+
+
+class NewTenant(msgspec.Struct, forbid_unknown_fields=True):
+    """A tenant to make: it starts from `pets` (the seed file's form), else the service's seed."""
+
+    pets: list[SeedPet] | msgspec.UnsetType = msgspec.UNSET
+
+
+class TenantCreated(msgspec.Struct):
+    """A tenant made: its id, its API key (shown in this answer only) and its pets."""
+
+    id: str
+    apiKey: str
+    pets: int
+
+
+class Tenant(msgspec.Struct):
+    """A tenant: its pets, when it was made and last used (RFC 3339, UTC)."""
+
+    id: str
+    pets: int
+    created: str
+    lastUsed: str
+
+
+class TenantList(msgspec.Struct):
+    """Every tenant, oldest first."""
+
+    tenants: list[Tenant]
 
 
 def rfc3339(seconds: float) -> str:

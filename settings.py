@@ -35,6 +35,8 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     admin_keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     journal_size: int = 1000
+    max_tenants: int = 100
+    tenant_idle_seconds: float = 3600.0
     metrics: bool = True
     database: str | None = dataclasses.field(default=None, repr=False)
     database_password: str | None = dataclasses.field(default=None, repr=False)
@@ -143,6 +145,8 @@ _SETTINGS: Final[tuple[tuple[str, Callable[[str], Any], bool], ...]] = (
     ("cors_origins", _origin, True),
     ("admin_keys", _key, True),
     ("journal_size", _number(int, 0, 1_000_000), False),
+    ("max_tenants", _number(int, 1, 100_000), False),
+    ("tenant_idle_seconds", _number(float, 0.1, 10**7), False),
     ("metrics", _choice("on", "off"), False),
     ("database", _database, False),
 )

@@ -53,6 +53,8 @@ class Page(NamedTuple):
 class PetStore(Protocol):
     """What the HTTP layer needs of a store: memory, a data file or a database behind it."""
 
+    seed: list[Pet]  # the pets it starts from, and a new tenant unless it brings its own
+
     async def open(self) -> None:
         """Load or connect, and seed an empty store; called once before the first request."""
 

@@ -1,16 +1,15 @@
-"""The test-control plane: a tenant's journal and fault rules, `Prefer`, and the /_admin routes."""
+"""The test-control plane: tenants, their fault rules and `Prefer`, and the /_admin routes."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import hashlib
 import itertools
 import random
-import re
+import secrets
 import time
-import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -22,102 +21,18 @@ from starlette.routing import BaseRoute
 from starlette.types import Scope
 
 import schemas
-from observability import REDACTED
+from journal import Journal
+from observability import tenant_key
 from openapi import admin_openapi_document
 from protocol import DROP
-from schemas import JOURNAL_BODY_LIMIT, ApiError, ErrorCode, JSONResponse, NewFaultRule, invalid
+from schemas import ApiError, ErrorCode, JSONResponse, NewFaultRule, invalid
 from settings import Settings
-from store import PetStore, ResetUnavailable
+from store import MemoryStore, PetStore, ResetUnavailable, seed_pets
 
 ADDED_HEADERS: Final = "petstore.added_headers"  # scope key: headers added to the response start
 STATUS: Final = "petstore.status"  # scope key, present with None: the request was dropped
-UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-authorization"})
-JOURNAL_FILTERS: Final = ("limit", "method", "path", "status")
-_JSON_ESCAPES: Final = dict(zip('"\\/\b\f\n\r\t', '"\\/bfnrt', strict=True))
+JOURNAL_FILTERS: Final = ("limit", "method", "path", "status", "atLeast", "waitMs")
 _PREFERENCES: Final = {"code": "status", "delay": "delayMs"}  # Prefer's name: the rule's field
-
-
-def _json_form(char: str) -> str:
-    """A pattern for `char` as JSON may write it: itself or escaped."""
-    units = char.encode("utf-16-be").hex()
-    escaped = "".join(rf"\\u{units[i : i + 4]}" for i in range(0, len(units), 4))
-    short = [re.escape("\\" + _JSON_ESCAPES[char])] if char in _JSON_ESCAPES else []
-    return f"(?:{'|'.join([re.escape(char), escaped, *short])})"
-
-
-class Journal:
-    """The last `size` requests under /v1, each secret in them (in any case) written REDACTED."""
-
-    def __init__(self, size: int, secrets: Sequence[str]) -> None:
-        self.ring: collections.deque[schemas.JournalEntry] = collections.deque(maxlen=size)
-        self.numbers = itertools.count(1)
-        self.dropped = 0  # entries the ring pushed out since the last clear
-        longest_first = sorted(filter(None, secrets), key=len, reverse=True)
-        forms = ("".join(map(_json_form, secret)) for secret in longest_first)
-        self.secrets = re.compile("|".join(forms) or "(?!)", re.I)
-        # A body's start past the cut by the most a secret takes escaped: one across it is whole.
-        self.body_kept = JOURNAL_BODY_LIMIT + 12 * max(map(len, longest_first), default=0)
-
-    def clear(self) -> None:
-        self.ring.clear()
-        self.dropped = 0
-
-    def record(  # noqa: PLR0913, PLR0917 - what the middleware knows of a request once it ended
-        self,
-        scope: Scope,
-        status: int | None,
-        started: float,
-        duration: float,
-        request_id: str,
-        body: bytes | None,
-    ) -> None:
-        """Keep a request that ended (`started` at, Unix time; `status` None: dropped)."""
-        headers: dict[str, str] = {}
-        for raw_name, raw_value in scope["headers"]:
-            if raw_name not in UNRECORDED_HEADERS:
-                name, value = self._hide(raw_name), self._hide(raw_value)
-                headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        query = "&".join(map(self._hide, scope["query_string"].split(b"&")))
-        entry = schemas.JournalEntry(
-            seq=next(self.numbers),
-            time=schemas.rfc3339(started),
-            method=self._hide(scope["method"]),
-            path=self._hide(scope["path"].removeprefix(scope.get("root_path", ""))),
-            query=self._hide(query),  # a secret across parameters: the query decoded whole
-            status=status,
-            durationMs=round(duration * 1000, 3),
-            requestId=self._hide(request_id),
-            headers=headers,
-            body=msgspec.UNSET if body is None else self._body(body),
-            bodyTruncated=True if len(body or b"") > JOURNAL_BODY_LIMIT else msgspec.UNSET,
-        )
-        self.dropped += len(self.ring) == self.ring.maxlen  # a full ring pushes its oldest out
-        self.ring.append(entry)
-
-    def entries(self, **wanted: str | int | None) -> list[schemas.JournalEntry]:
-        """The entries whose fields equal each filter not None, in the order they arrived."""
-        wanted = {name: value for name, value in wanted.items() if value is not None}
-        arrived = sorted(self.ring, key=lambda entry: entry.time)  # the ring's order is their ends'
-        return [entry for entry in arrived if wanted.items() <= asdict(entry).items()]
-
-    def _hide(self, raw: str | bytes) -> str:
-        """`raw` as text, each secret redacted, also percent-encoded (`+` read both ways)."""
-        text = raw if isinstance(raw, str) else raw.decode(errors="replace")
-        text = self.secrets.sub(REDACTED, text)
-        for unquote in (urllib.parse.unquote, urllib.parse.unquote_plus):
-            if self.secrets.search(decoded := unquote(text)):
-                text = self.secrets.sub(REDACTED, decoded)
-        return text
-
-    def _body(self, body: bytes) -> str:
-        """The body's text, cut at the limit; a secret across the cut is redacted whole."""
-        text = body[: self.body_kept].decode(errors="replace")
-        end = len(body[:JOURNAL_BODY_LIMIT].decode(errors="replace"))
-        for found in self.secrets.finditer(text):
-            if found.start() < end < found.end():
-                end = found.end()
-        kept = self.secrets.sub(REDACTED, text[:end]).encode()[:JOURNAL_BODY_LIMIT]
-        return kept.decode(errors="ignore")  # the mark cut too: no piece of a secret given out
 
 
 class Faults:
@@ -208,33 +123,105 @@ def _preferred(request: Request) -> tuple[NewFaultRule, str] | None:
 
 @dataclass
 class Tenant:
-    """One isolated world: its pets, journal and fault rules (None: not kept), keys in flight."""
+    """One isolated world: its pets, journal and fault rules (None: not kept), keys in flight;
+    for a tenant the plane made, its id, its key's SHA-256 and its times (Unix)."""
 
     store: PetStore
     journal: Journal | None = None
     faults: Faults | None = None
     keys_in_flight: set[str] = field(default_factory=set)
+    id: str = ""
+    digest: bytes = b""
+    created: float = 0.0
+    used: float = 0.0  # a request with its key, or on its /_admin/tenants/{id} paths
+
+    def info(self) -> schemas.Tenant:
+        created, used = schemas.rfc3339(self.created), schemas.rfc3339(self.used)
+        return schemas.Tenant(self.id, self.store.count, created, used)
 
 
 class Plane:
-    """The /_admin routes: a tenant's reset, journal and fault rules; the plane's document."""
+    """The /_admin routes: the tenants; a tenant's reset, journal and fault rules (the plane's
+    own paths act on `default`, the configured keys' tenant); the plane's document. `keys`
+    maps a key's SHA-256 to its tenant: the auth's dictionary, which minting fills."""
 
-    def __init__(self, default: Tenant, settings: Settings) -> None:
-        self.default, self.settings = default, settings
+    def __init__(self, default: Tenant, settings: Settings, keys: dict[bytes, Tenant]) -> None:
+        self.default, self.settings, self.keys = default, settings, keys
+        self.tenants: dict[str, Tenant] = {}  # by id, oldest first
+        self.sweeper: asyncio.TimerHandle | None = None
 
     def routes(self) -> list[BaseRoute]:
-        route, admin = schemas.Route, schemas.ADMIN_PREFIX
+        route, admin, each = schemas.Route, schemas.ADMIN_PREFIX, "/tenants/{tenantId}"
         return [
-            route(f"{admin}/reset", self.reset, methods=["POST"]),
-            route(f"{admin}/requests", self.requests, methods=["GET", "DELETE"]),
-            route(f"{admin}/faults", self.faults, methods=["GET", "POST", "DELETE"]),
-            route(f"{admin}/faults/{{ruleId}}", self.faults, methods=["DELETE"]),
+            *(route(f"{admin}{own}/reset", self.reset, methods=["POST"]) for own in ("", each)),
+            *(
+                route(f"{admin}{own}{path}", handler, methods=methods)
+                for own in ("", each)
+                for path, handler, methods in (
+                    ("/requests", self.requests, ["GET", "DELETE"]),
+                    ("/faults", self.faults, ["GET", "POST", "DELETE"]),
+                    ("/faults/{ruleId}", self.faults, ["DELETE"]),
+                )
+            ),
+            route(f"{admin}/tenants", self.all_tenants, methods=["GET", "POST"]),
+            route(f"{admin}{each}", self.one_tenant, methods=["GET", "DELETE"]),
             route(schemas.ADMIN_OPENAPI_PATH, self.openapi, methods=["GET"]),
         ]
 
     def tenant(self, request: Request) -> Tenant:
-        """The tenant a request acts on: the configured API keys' one."""
-        return self.default
+        """The tenant a request acts on: the one of its path's `tenantId`, a use of it (a 404
+        if there is none), else the configured keys' one."""
+        if (tenant_id := request.path_params.get("tenantId")) is None:
+            return self.default
+        if (tenant := self.tenants.get(tenant_id)) is None:
+            raise ApiError(404, ErrorCode.NOT_FOUND, "No tenant has this id")
+        tenant.used = time.time()
+        return tenant
+
+    async def all_tenants(self, request: Request) -> Response:
+        """Every tenant (GET); a new one, from its own seed or the service's (POST, 201)."""
+        if request.method == "GET":
+            return JSONResponse(schemas.TenantList([t.info() for t in self.tenants.values()]))
+        new = schemas.decode(await request.body(), schemas.NewTenant)
+        try:
+            seed = self.default.store.seed if new.pets is msgspec.UNSET else seed_pets(new.pets)
+        except ValueError as error:
+            raise invalid(f"$.pets: {error}") from None
+        if len(self.tenants) >= self.settings.max_tenants:
+            most = self.settings.max_tenants
+            raise ApiError(409, ErrorCode.TENANT_LIMIT_REACHED, f"At most {most} tenants at once")
+        size, key, now = self.settings.journal_size, tenant_key(), time.time()
+        journal = Journal(size, self.settings.secrets) if size else None
+        tenant = Tenant(MemoryStore(seed), journal, Faults(), id=secrets.token_hex(8))
+        tenant.digest, tenant.created, tenant.used = hashlib.sha256(key.encode()).digest(), now, now
+        self.tenants[tenant.id] = self.keys[tenant.digest] = tenant
+        if self.sweeper is None:
+            self.sweeper = asyncio.get_running_loop().call_later(1, self.sweep)
+        where = f"{request.scope.get('root_path', '')}{schemas.ADMIN_PREFIX}/tenants/{tenant.id}"
+        created = schemas.TenantCreated(tenant.id, key, len(seed))
+        return JSONResponse(created, 201, {"Location": where})
+
+    async def one_tenant(self, request: Request) -> Response:
+        """A tenant (GET); deleted, its key refused from now on (DELETE, 204)."""
+        tenant = self.tenant(request)
+        if request.method == "GET":
+            return JSONResponse(tenant.info())
+        self.delete(tenant)
+        return Response(status_code=204)
+
+    def delete(self, tenant: Tenant) -> None:
+        del self.tenants[tenant.id], self.keys[tenant.digest]
+        if tenant.journal is not None:
+            tenant.journal.close()
+
+    def sweep(self) -> None:
+        """Delete the tenants unused for --tenant-idle-seconds; look again in a second."""
+        idle_since = time.time() - self.settings.tenant_idle_seconds
+        for tenant in [t for t in self.tenants.values() if t.used < idle_since]:
+            self.delete(tenant)
+        self.sweeper = (
+            asyncio.get_running_loop().call_later(1, self.sweep) if self.tenants else None
+        )
 
     async def reset(self, request: Request) -> Response:
         """The store back to its start, the journal and the fault rules emptied."""
@@ -249,7 +236,8 @@ class Plane:
         return JSONResponse(schemas.ResetDone(pets))
 
     async def requests(self, request: Request) -> Response:
-        """The journal, filtered, oldest first (GET); emptied (DELETE)."""
+        """The journal, filtered, oldest first, once `atLeast` entries match or `waitMs` ran
+        out (GET); emptied (DELETE)."""
         journal = self.tenant(request).journal or Journal(0, ())  # none kept: reads empty
         if request.method == "DELETE":
             journal.clear()
@@ -259,9 +247,19 @@ class Plane:
             names = ", ".join(f"`{name}`" for name in JOURNAL_FILTERS)
             raise invalid(f"Query parameter `{unknown[0]}` is not one of {names}")
         status, limit = _number(request, "status", 100, 599), _number(request, "limit", 1)
+        at_least, wait_ms = (
+            _number(request, "atLeast", 1, 1000),
+            _number(request, "waitMs", 0, 60_000),
+        )
         method, path = params.get("method"), params.get("path")
-        found = journal.entries(method=method and method.upper(), path=path, status=status)
-        return JSONResponse(schemas.Journal(found[-limit:] if limit else found, journal.dropped))
+        wanted = {"method": method and method.upper(), "path": path, "status": status}
+        wanted = {name: value for name, value in wanted.items() if value is not None}
+        complete = await journal.wait(wanted, at_least, (wait_ms or 0) / 1000) if at_least else None
+        found = journal.entries(wanted)
+        done = msgspec.UNSET if complete is None else complete
+        return JSONResponse(
+            schemas.Journal(found[-limit:] if limit else found, journal.dropped, done)
+        )
 
     async def faults(self, request: Request) -> Response:
         """The rules (GET), a rule added (POST, 201), all or the `ruleId` one removed (DELETE)."""

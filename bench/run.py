@@ -26,11 +26,21 @@ from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 KEY: Final = "bench-key-0123456789"
+ADMIN: Final = {"Authorization": "Bearer bench-admin-0123456789"}
 PYTHON: Final = sys.executable
 UVICORN: Final = [PYTHON, "-m", "uvicorn", "--http", "httptools", "--loop", "uvloop"]
 SERVERS: Final = {
     "service": [PYTHON, "app.py", "--api-key", KEY],
     "service, no access log": [PYTHON, "app.py", "--api-key", KEY, "--log-level", "warning"],
+    # The test-control plane on, 100 idle tenants minted (tenants() below), requests with KEY.
+    "service, 100 tenants": [
+        PYTHON,
+        "app.py",
+        "--api-key",
+        KEY,
+        "--admin-key",
+        ADMIN["Authorization"].removeprefix("Bearer "),
+    ],
     "plain Starlette": [*UVICORN, "--no-access-log", "--log-level", "warning", "bench.peers:plain"],
     "FastAPI": [*UVICORN, "--no-access-log", "--log-level", "warning", "bench.peers:fastapi_app"],
     "bare ASGI": [*UVICORN, "--no-access-log", "--log-level", "warning", "bench.peers:bare"],
@@ -77,6 +87,9 @@ def serving(command: list[str], extra: list[str], pets: int = 1000) -> Iterator[
                 raise SystemExit(f"{command} did not start: {process.stderr.read().decode()}")  # type: ignore[union-attr]
             time.sleep(0.05)
         fill(port, pets)
+        if "--admin-key" in command:
+            for _ in range(100):
+                admin(port, "POST", "/_admin/tenants", {})
         yield port, process.pid
     finally:
         process.terminate()
@@ -99,6 +112,15 @@ def fill(port: int, count: int) -> None:
         pet = {"name": f"pet{number}", "categoryId": 1, "status": STATUSES[number % 3]}
         connection.request("POST", "/v1/pets", json.dumps(pet), headers)
         connection.getresponse().read()
+
+
+def admin(port: int, method: str, path: str, body: object = None) -> dict[str, object]:
+    """One request to the test-control plane; its JSON answer."""
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    content = None if body is None else json.dumps(body)
+    connection.request(method, path, content, {**ADMIN, "Content-Type": "application/json"})
+    answer: dict[str, object] = json.loads(connection.getresponse().read() or b"{}")
+    return answer
 
 
 def wrk(port: int, pid: int, scenario: str, seconds: float, connections: int) -> dict[str, float]:
@@ -181,6 +203,42 @@ def durability(seconds: float) -> None:
             print(f"\n1,000,000 pets in the data file: serving after {took:.2f} s")
 
 
+def tenants() -> None:
+    """What an empty tenant costs in memory, and how soon a wait for a request answers."""
+    argv = [*SERVERS["service, 100 tenants"], "--log-level", "warning", "--max-tenants", "10000"]
+    with serving(argv, [], 0) as (port, pid):
+        before = resident(pid)
+        for _ in range(5000):
+            admin(port, "POST", "/_admin/tenants", {})
+        each = (resident(pid) - before) / 5000
+        print(f"\nAn empty tenant: {each / 1024:.1f} KiB resident (5,000 minted)")
+        tenant = admin(port, "POST", "/_admin/tenants", {})
+        waits, path = [], f"/_admin/tenants/{tenant['id']}/requests?atLeast=1&waitMs=10000"
+        sender = http.client.HTTPConnection("127.0.0.1", port)
+        headers = {"Authorization": f"Bearer {tenant['apiKey']}"}
+        for _ in range(1000):
+            admin(port, "DELETE", f"/_admin/tenants/{tenant['id']}/requests")
+            reader = http.client.HTTPConnection("127.0.0.1", port)
+            reader.request("GET", path, headers=ADMIN)
+            time.sleep(0.002)  # the wait open before the request: not measured
+            sender.request("GET", "/v1/pets", headers=headers)
+            sender.getresponse().read()
+            sent = time.perf_counter()  # the journal entry is made as its answer goes
+            reader.getresponse().read()
+            waits.append((time.perf_counter() - sent) * 1000)
+        quantiles = statistics.quantiles(waits, n=100)
+        print(
+            f"A wait's answer after the request's: p50 {quantiles[49]:.2f} ms,"
+            f" p99 {quantiles[98]:.2f} ms (1,000 waits)"
+        )
+
+
+def resident(pid: int) -> int:
+    """The process's resident bytes."""
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def main() -> None:
     flags = argparse.ArgumentParser(description=__doc__)
     flags.add_argument("--rounds", type=int, default=5)
@@ -193,6 +251,7 @@ def main() -> None:
     throughput(args.rounds, args.seconds, args.scenario or list(SCENARIOS))
     if not args.no_durability:
         durability(args.seconds)
+        tenants()
 
 
 if __name__ == "__main__":

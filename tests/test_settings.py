@@ -392,6 +392,8 @@ BAD_SETTINGS = [
     pytest.param([], {"PETSTORE_ADMIN_KEYS": "bad key"}, id="env-admin-key-with-space"),
     pytest.param(["--journal-size", "-1"], {}, id="journal-size-negative"),
     pytest.param([], {"PETSTORE_JOURNAL_SIZE": "many"}, id="env-journal-size"),
+    pytest.param(["--max-tenants", "0"], {}, id="max-tenants-zero"),
+    pytest.param([], {"PETSTORE_TENANT_IDLE_SECONDS": "soon"}, id="env-tenant-idle-seconds"),
     pytest.param(["--log-format", "xml"], {}, id="log-format"),
     pytest.param([], {"PETSTORE_METRICS": "yes"}, id="env-metrics"),
     pytest.param(["--max-body", "9" * 5000], {}, id="max-body-5000-digits"),
@@ -609,6 +611,14 @@ TABLE = [
     ),
     ("--admin-key", "PETSTORE_ADMIN_KEYS", "admin_keys", ("k", "x,y"), (("k",), ("x", "y"))),
     ("--journal-size", "PETSTORE_JOURNAL_SIZE", "journal_size", ("0", "5"), (0, 5)),
+    ("--max-tenants", "PETSTORE_MAX_TENANTS", "max_tenants", ("1", "7"), (1, 7)),
+    (
+        "--tenant-idle-seconds",
+        "PETSTORE_TENANT_IDLE_SECONDS",
+        "tenant_idle_seconds",
+        ("2", "0.5"),
+        (2.0, 0.5),
+    ),
     (
         "--cors-origin",
         "PETSTORE_CORS_ORIGINS",
@@ -653,6 +663,8 @@ def test_the_defaults_are_the_settings_table_s() -> None:
         "database": None,
         "admin_keys": (),
         "journal_size": 1000,
+        "max_tenants": 100,
+        "tenant_idle_seconds": 3600.0,
         "cors_origins": (),
         "metrics": True,
     }
