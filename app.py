@@ -218,6 +218,12 @@ class Petstore:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
 
+    def stop(self) -> None:
+        """SIGTERM: /readyz says so, and journal reads that wait answer now."""
+        self.health.stop()
+        if self.plane is not None:
+            self.plane.end_waits()
+
 
 def _deprecation(scope: Scope) -> list[tuple[bytes, bytes]]:
     """getPet's headers, on every answer of its path."""
@@ -340,7 +346,7 @@ def _start(argv: Sequence[str], *, uvicorn: bool) -> tuple[Settings, str, Petsto
 def main(argv: Sequence[str]) -> int:
     """`python app.py [flags]`: serve until SIGTERM or Ctrl-C."""
     settings, key_line, petstore, sock = _start(argv, uvicorn=False)
-    serve(petstore.app, settings, sock, petstore.health.stop, key_line)
+    serve(petstore.app, settings, sock, petstore.stop, key_line)
     return 0
 
 

@@ -118,6 +118,7 @@ class FileStore(MemoryStore):
     ) -> None:
         """Open, lock and load the file (seeding it when empty); DataFileError says why not."""
         super().__init__()
+        self.seed = list(seed)  # a new tenant's start; the file's own pets come from the file
         self.path, self.name = path, f"data file {path}"
         self.on_sync, self.on_write_error = on_sync, on_write_error
         self.wakeup = threading.Condition(self.lock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import re
 import urllib.parse
@@ -16,7 +17,7 @@ from msgspec.structs import asdict
 from starlette.types import Scope
 
 import schemas
-from observability import REDACTED, TENANT_KEY_PREFIX
+from observability import REDACTED, TENANT_KEY_PREFIX, TENANT_KEY_TOKEN
 from schemas import JOURNAL_BODY_LIMIT
 
 UNRECORDED_HEADERS: Final = frozenset({b"authorization", b"cookie", b"proxy-authorization"})
@@ -32,6 +33,24 @@ def _json_form(char: str) -> str:
     return f"(?:{'|'.join([re.escape(char), escaped, *short])})"
 
 
+@dataclasses.dataclass
+class Waiter:
+    """A read waiting for `needed` more entries that match `wanted`."""
+
+    wanted: Filters
+    needed: int
+    done: asyncio.Future[None]
+
+    def count(self, matched: int) -> None:
+        self.needed -= matched
+        if self.needed <= 0:
+            self.end()
+
+    def end(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
 class Journal:
     """The last `size` requests under /v1, each secret in them (in any case) written REDACTED."""
 
@@ -39,14 +58,16 @@ class Journal:
         self.ring: collections.deque[schemas.JournalEntry] = collections.deque(maxlen=size)
         self.numbers = itertools.count(1)
         self.dropped = 0  # entries the ring pushed out since the last clear
-        self.waiters: list[tuple[Filters, asyncio.Future[None]]] = []
+        self.waiters: list[Waiter] = []
         self.closed = False
         longest_first = sorted(filter(None, secrets), key=len, reverse=True)
         forms = ["".join(map(_json_form, secret)) for secret in longest_first]
-        minted = "".join(map(_json_form, TENANT_KEY_PREFIX)) + r"(?:[\w-]|\\u00[0-9a-f]{2}){43}"
+        prefix = "".join(map(_json_form, TENANT_KEY_PREFIX))
+        minted = rf"{prefix}(?:[\w-]|\\u00[0-9a-f]{{2}}){{{TENANT_KEY_TOKEN}}}"
         self.secrets = re.compile("|".join([*forms, minted]), re.I)
         # A body's start past the cut by the most a secret takes escaped: one across it is whole.
-        self.body_kept = JOURNAL_BODY_LIMIT + 12 * max(map(len, [*longest_first, "x" * 46]))
+        longest = max([len(TENANT_KEY_PREFIX) + TENANT_KEY_TOKEN, *map(len, longest_first)])
+        self.body_kept = JOURNAL_BODY_LIMIT + 12 * longest
 
     def clear(self) -> None:
         self.ring.clear()
@@ -84,38 +105,35 @@ class Journal:
         self.dropped += len(self.ring) == self.ring.maxlen  # a full ring pushes its oldest out
         self.ring.append(entry)
         fields = asdict(entry) if self.waiters else {}
-        for wanted, future in self.waiters:  # wake the readers this entry may complete
-            if wanted.items() <= fields.items() and not future.done():
-                future.set_result(None)
+        for waiter in self.waiters:  # count it for the readers it matches; wake those done
+            if waiter.wanted.items() <= fields.items():
+                waiter.count(1)
 
     def entries(self, wanted: Filters) -> list[schemas.JournalEntry]:
         """The entries whose fields have the values `wanted` gives, in the order they arrived."""
         arrived = sorted(self.ring, key=lambda entry: entry.time)  # the ring's order is their ends'
         return [entry for entry in arrived if wanted.items() <= asdict(entry).items()]
 
-    async def wait(self, wanted: Filters, at_least: int, seconds: float) -> bool:
-        """Until `at_least` entries match `wanted` or `seconds` pass: whether they do. Each new
-        entry that matches wakes the wait to count again; nothing runs in between."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while len(self.entries(wanted)) < at_least:
-            if self.closed or (left := deadline - loop.time()) <= 0:
-                return False
-            waiter = (wanted, loop.create_future())
-            self.waiters.append(waiter)
-            try:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter[1], left)
-            finally:
-                self.waiters.remove(waiter)
-        return True
+    async def wait(self, wanted: Filters, at_least: int, seconds: float) -> None:
+        """Until `at_least` entries match `wanted` (those here count), or `seconds` pass, or the
+        journal closes. Nothing runs meanwhile: each new entry counts for the waits it matches."""
+        if self.closed or not self.ring.maxlen:  # none will come
+            return
+        waiter = Waiter(wanted, at_least, asyncio.get_running_loop().create_future())
+        waiter.count(len(self.entries(wanted)))
+        self.waiters.append(waiter)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.done, seconds)
+        finally:
+            self.waiters.remove(waiter)
 
     def close(self) -> None:
-        """The journal is gone (its tenant deleted): every wait ends now."""
+        """No more entries will come (the tenant is deleted, or the service stops): every wait
+        ends now, and every later one at once."""
         self.closed = True
-        for _, future in self.waiters:
-            if not future.done():
-                future.set_result(None)
+        for waiter in self.waiters:
+            waiter.end()
 
     def _hide(self, raw: str | bytes) -> str:
         """`raw` as text, each secret redacted, also percent-encoded (`+` read both ways)."""

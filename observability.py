@@ -27,8 +27,9 @@ from settings import Settings
 from store import PetStore
 
 REDACTED: Final = "[redacted]"
-TENANT_KEY_PREFIX: Final = "pt_"  # a tenant's key: this, then 43 characters of token_urlsafe
-_TENANT_KEY: Final = re.compile(TENANT_KEY_PREFIX + r"[\w-]{43}")
+TENANT_KEY_PREFIX: Final = "pt_"  # a tenant's key: this, then TENANT_KEY_TOKEN characters
+TENANT_KEY_TOKEN: Final = 43  # of secrets.token_urlsafe(32)
+_TENANT_KEY: Final = re.compile(f"{TENANT_KEY_PREFIX}[\\w-]{{{TENANT_KEY_TOKEN}}}")
 _METHODS: Final = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH"))
 _BUCKETS: Final = Histogram.DEFAULT_BUCKETS[:-1]  # and +Inf
 _BUCKET_NAMES: Final = [*map(str, _BUCKETS), "+Inf"]

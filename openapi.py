@@ -247,7 +247,7 @@ def _tenants(refs: list[Json]) -> Json:
 def admin_openapi_document(root_path: str) -> Json:
     """The test-control plane under /_admin: tenants; reset, the journal and fault rules."""
     plane = (schemas.NewFaultRule, schemas.FaultRule, schemas.Journal, schemas.ResetDone)
-    tenants = (schemas.NewTenant, schemas.TenantCreated, schemas.Tenant, schemas.TenantList)
+    tenants = (schemas.NewTenant, schemas.TenantCreated, schemas.TenantInfo, schemas.TenantList)
     refs, components = _components(*plane, *tenants, schemas.Error)
     components["NewFaultRule"]["allOf"] = _RULE_COMBINATIONS
     paths = {**_plane(refs, False), **_tenants(refs), **_plane(refs, True)}

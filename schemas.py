@@ -209,7 +209,7 @@ class TenantCreated(msgspec.Struct):
     pets: int
 
 
-class Tenant(msgspec.Struct):
+class TenantInfo(msgspec.Struct):
     """A tenant: its pets, when it was made and last used (RFC 3339, UTC)."""
 
     id: str
@@ -221,7 +221,7 @@ class Tenant(msgspec.Struct):
 class TenantList(msgspec.Struct):
     """Every tenant, oldest first."""
 
-    tenants: list[Tenant]
+    tenants: list[TenantInfo]
 
 
 def rfc3339(seconds: float) -> str:

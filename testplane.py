@@ -135,9 +135,9 @@ class Tenant:
     created: float = 0.0
     used: float = 0.0  # a request with its key, or on its /_admin/tenants/{id} paths
 
-    def info(self) -> schemas.Tenant:
+    def info(self) -> schemas.TenantInfo:
         created, used = schemas.rfc3339(self.created), schemas.rfc3339(self.used)
-        return schemas.Tenant(self.id, self.store.count, created, used)
+        return schemas.TenantInfo(self.id, self.store.count, created, used)
 
 
 class Plane:
@@ -209,13 +209,20 @@ class Plane:
         self.delete(tenant)
         return Response(status_code=204)
 
+    def end_waits(self) -> None:
+        """The service stops: every journal read that waits answers now."""
+        for tenant in (self.default, *self.tenants.values()):
+            if tenant.journal is not None:
+                tenant.journal.close()
+
     def delete(self, tenant: Tenant) -> None:
         del self.tenants[tenant.id], self.keys[tenant.digest]
         if tenant.journal is not None:
             tenant.journal.close()
 
     def sweep(self) -> None:
-        """Delete the tenants unused for --tenant-idle-seconds; look again in a second."""
+        """Delete the tenants unused for --tenant-idle-seconds; look again in a second while
+        any is left (minting starts it again)."""
         idle_since = time.time() - self.settings.tenant_idle_seconds
         for tenant in [t for t in self.tenants.values() if t.used < idle_since]:
             self.delete(tenant)
@@ -254,11 +261,12 @@ class Plane:
         method, path = params.get("method"), params.get("path")
         wanted = {"method": method and method.upper(), "path": path, "status": status}
         wanted = {name: value for name, value in wanted.items() if value is not None}
-        complete = await journal.wait(wanted, at_least, (wait_ms or 0) / 1000) if at_least else None
+        if at_least:
+            await journal.wait(wanted, at_least, (wait_ms or 0) / 1000)
         found = journal.entries(wanted)
-        done = msgspec.UNSET if complete is None else complete
+        complete = msgspec.UNSET if at_least is None else len(found) >= at_least
         return JSONResponse(
-            schemas.Journal(found[-limit:] if limit else found, journal.dropped, done)
+            schemas.Journal(found[-limit:] if limit else found, journal.dropped, complete)
         )
 
     async def faults(self, request: Request) -> Response:

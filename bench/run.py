@@ -32,7 +32,9 @@ UVICORN: Final = [PYTHON, "-m", "uvicorn", "--http", "httptools", "--loop", "uvl
 SERVERS: Final = {
     "service": [PYTHON, "app.py", "--api-key", KEY],
     "service, no access log": [PYTHON, "app.py", "--api-key", KEY, "--log-level", "warning"],
-    # The test-control plane on, 100 idle tenants minted (tenants() below), requests with KEY.
+    # The test-control plane on (its journal records every /v1 request), then the same with 100
+    # idle tenants minted (serving() below): what tenants cost the configured keys' requests.
+    "service, plane": [PYTHON, "app.py", "--api-key", KEY, "--admin-key", "bench-admin-0123456789"],
     "service, 100 tenants": [
         PYTHON,
         "app.py",
@@ -87,7 +89,7 @@ def serving(command: list[str], extra: list[str], pets: int = 1000) -> Iterator[
                 raise SystemExit(f"{command} did not start: {process.stderr.read().decode()}")  # type: ignore[union-attr]
             time.sleep(0.05)
         fill(port, pets)
-        if "--admin-key" in command:
+        if command == SERVERS["service, 100 tenants"]:
             for _ in range(100):
                 admin(port, "POST", "/_admin/tenants", {})
         yield port, process.pid

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from filestore import FileStore
 from schemas import SeedPet
 from settings import Settings
 from store import MemoryStore, seed_pets
-from tests.conftest import AUTH, KEY, ServerFactory, assert_error
+from tests.conftest import AUTH, KEY, ServerFactory, assert_error, wait_until
 from tests.test_control_plane import ADMIN, ADMIN_KEY, PLANE, REX, RFC3339_UTC, running
 
 pytestmark = pytest.mark.anyio
@@ -101,6 +102,7 @@ async def test_tenants_and_the_configured_keys_never_see_each_other(
     for who in (AUTH, bearer(one), bearer(two)):
         answer = await plane.post("/v1/pets", json=REX, headers={**who, **keyed})
         assert (answer.status_code, answer.json()["id"]) == (201, 1)  # the key is new to each
+        assert "idempotent-replayed" not in answer.headers
     assert (await plane.post("/v1/pets", json=TOM, headers=bearer(one))).json()["id"] == 2
     assert [p["name"] for p in (await plane.get("/v1/pets", headers=bearer(one))).json()] == [
         "Rex",
@@ -139,6 +141,8 @@ async def test_tenants_and_the_configured_keys_never_see_each_other(
     assert reset.json() == {"pets": 0}
     assert (await plane.get("/v1/pets", headers=bearer(one))).json() == []
     assert (await plane.get(f"/_admin/tenants/{one['id']}/faults", headers=ADMIN)).json() == []
+    journal = await plane.get(f"/_admin/tenants/{one['id']}/requests", headers=ADMIN)
+    assert [e["status"] for e in journal.json()["requests"]] == [200]  # the GET since the reset
     assert len((await plane.get("/v1/pets", headers=bearer(two))).json()) == 1
     assert len((await plane.get("/v1/pets", headers=AUTH)).json()) == 1
     # And the plane's own reset, the configured keys' only.
@@ -170,9 +174,12 @@ async def test_a_deleted_tenant_s_key_is_refused_at_once(plane: httpx.AsyncClien
 async def test_tenants_are_listed_with_their_times(plane: httpx.AsyncClient) -> None:
     """GET /_admin/tenants and /_admin/tenants/{id}: id, pets, created and lastUsed."""
     first, second = await mint(plane), await mint(plane, pets=[REX])
-    before = (await plane.get(f"/_admin/tenants/{first['id']}", headers=ADMIN)).json()
+    [before, _] = await tenants(plane)  # listing them is no use of any
     await plane.get("/v1/pets", headers=bearer(first))
-    after = (await plane.get(f"/_admin/tenants/{first['id']}", headers=ADMIN)).json()
+    [after, _] = await tenants(plane)
+    shown = (await plane.get(f"/_admin/tenants/{first['id']}", headers=ADMIN)).json()
+    assert shown == {**after, "lastUsed": shown["lastUsed"]}  # itself a use of the tenant
+    assert shown["lastUsed"] > after["lastUsed"]
     assert RFC3339_UTC.fullmatch(after["created"]) and RFC3339_UTC.fullmatch(after["lastUsed"])
     assert after["created"] == before["created"] <= before["lastUsed"] < after["lastUsed"]
     listed = (await plane.get("/_admin/tenants", headers=ADMIN)).json()["tenants"]
@@ -194,7 +201,7 @@ async def test_one_tenant_past_the_limit_is_a_409() -> None:
 async def test_an_idle_tenant_is_deleted_by_itself_and_a_used_one_is_not() -> None:
     """Unused for --tenant-idle-seconds: gone within a few seconds; a request with its key or
     on its paths is a use, listing them all is not."""
-    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), tenant_idle_seconds=1.5)
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), tenant_idle_seconds=2.5)
     async with running(create_app(settings, MemoryStore())) as plane:
         idle, used, watched = await mint(plane), await mint(plane), await mint(plane)
         deadline = time.monotonic() + 10
@@ -216,18 +223,22 @@ async def tenants(plane: httpx.AsyncClient) -> list[dict[str, Any]]:
 
 
 async def test_tenants_live_in_memory_whatever_the_configured_store(tmp_path: Path) -> None:
-    """With a data file: a tenant's pets never reach it, and a tenant's reset works (the plane's
-    own is a 409 there)."""
-    data = tmp_path / "pets.jsonl"
-    async with running(create_app(PLANE, FileStore(str(data)))) as plane:
+    """With a data file and a seed: a tenant starts from the seed, its pets never reach the
+    file, and its reset works (the plane's own is a 409 there)."""
+    data, seed = tmp_path / "pets.jsonl", [SeedPet(name="Seed", categoryId=9)]
+    async with running(create_app(PLANE, FileStore(str(data), seed_pets(seed)))) as plane:
         tenant = await mint(plane)
-        assert (await plane.post("/v1/pets", json=REX, headers=bearer(tenant))).status_code == 201
-        assert (await plane.post("/v1/pets", json=TOM, headers=AUTH)).json()["id"] == 1
+        assert tenant["pets"] == 1
+        assert (await plane.post("/v1/pets", json=REX, headers=bearer(tenant))).json()["id"] == 2
+        assert (await plane.post("/v1/pets", json=TOM, headers=AUTH)).json()["id"] == 2
         reset = await plane.post(f"/_admin/tenants/{tenant['id']}/reset", headers=ADMIN)
-        assert reset.json() == {"pets": 0}
+        assert reset.json() == {"pets": 1}
         assert_error(await plane.post("/_admin/reset", headers=ADMIN), 409, "reset_unavailable")
     lines = [json.loads(line) for line in data.read_text().splitlines()]
-    assert [line["pet"]["name"] if "pet" in line else line["name"] for line in lines] == ["Tom"]
+    assert [line["pet"]["name"] if "pet" in line else line["name"] for line in lines] == [
+        "Seed",
+        "Tom",
+    ]
 
 
 @pytest.mark.parametrize("journal", ["/_admin/requests", "/_admin/tenants/{id}/requests"])
@@ -263,46 +274,75 @@ async def test_a_journal_read_waits_for_the_requests_it_asks_for(
         assert_error(await plane.get(path, params=bad, headers=ADMIN), 400, "validation_error")
 
 
-async def test_a_deleted_tenant_ends_its_waits(plane: httpx.AsyncClient) -> None:
-    tenant = await mint(plane)
-    path = f"/_admin/tenants/{tenant['id']}/requests"
-    waiting = asyncio.create_task(
-        plane.get(path, params={"atLeast": 1, "waitMs": 60000}, headers=ADMIN)
-    )
-    while not waiting.done() and not tenant_waits(plane):  # noqa: ASYNC110 - a turn of the loop
-        await asyncio.sleep(0)
-    assert (await plane.delete(f"/_admin/tenants/{tenant['id']}", headers=ADMIN)).status_code == 204
-    answer = await asyncio.wait_for(waiting, 10)
-    assert answer.json() == {"requests": [], "dropped": 0, "complete": False}
+async def test_a_deleted_tenant_ends_its_waits() -> None:
+    app = create_app(PLANE, MemoryStore())
+    async with running(app) as plane:
+        tenant = await mint(plane)
+        path = f"/_admin/tenants/{tenant['id']}/requests"
+        params = {"atLeast": 1, "waitMs": 60000}
+        waiting = asyncio.create_task(plane.get(path, params=params, headers=ADMIN))
+        while not waiting.done() and not waits(app):  # noqa: ASYNC110 - a turn of the loop each
+            await asyncio.sleep(0)
+        deleted = await plane.delete(f"/_admin/tenants/{tenant['id']}", headers=ADMIN)
+        assert deleted.status_code == 204
+        answer = await asyncio.wait_for(waiting, 10)
+        assert answer.json() == {"requests": [], "dropped": 0, "complete": False}
 
 
-def tenant_waits(plane: httpx.AsyncClient) -> bool:
-    """Whether a tenant of the in-process app has a wait open."""
-    app: Petstore = plane._transport.app  # type: ignore[attr-defined]
+def waits(app: Petstore) -> int:
+    """How many journal reads of the app wait, over every tenant."""
     assert app.plane is not None
-    return any(t.journal is not None and t.journal.waiters for t in app.plane.tenants.values())
+    journals = [t.journal for t in (app.tenant, *app.plane.tenants.values()) if t.journal]
+    return sum(len(journal.waiters) for journal in journals)
 
 
-async def test_a_thousand_waits_cost_nothing_while_nothing_arrives(
-    plane: httpx.AsyncClient,
-) -> None:
+async def test_a_thousand_waits_cost_nothing_while_nothing_arrives() -> None:
     """1,000 open waits: no CPU while no request comes; a request answers those it completes."""
-    params: dict[str, str | int] = {"atLeast": 1, "waitMs": 60000, "path": "/v1/pets/1"}
-    waits = [
-        asyncio.create_task(plane.get("/_admin/requests", params=params, headers=ADMIN))
-        for _ in range(1000)
-    ]
-    app: Petstore = plane._transport.app  # type: ignore[attr-defined]
-    while len(app.tenant.journal.waiters) < 1000:  # type: ignore[union-attr]  # noqa: ASYNC110
-        await asyncio.sleep(0)
-    cpu = time.process_time()
-    await asyncio.sleep(0.5)
-    assert time.process_time() - cpu < 0.1
-    await plane.get("/v1/pets", headers=AUTH)  # matches none of them
-    assert not any(w.done() for w in waits)
-    await plane.get("/v1/pets/1", headers=AUTH)
-    answers = await asyncio.gather(*waits)
-    assert all(a.json()["complete"] is True for a in answers)
+    app = create_app(PLANE, MemoryStore())
+    async with running(app) as plane:
+        params: dict[str, str | int] = {"atLeast": 1, "waitMs": 60000, "path": "/v1/pets/1"}
+        reads = [
+            asyncio.create_task(plane.get("/_admin/requests", params=params, headers=ADMIN))
+            for _ in range(1000)
+        ]
+        while waits(app) < 1000 and not any(r.done() for r in reads):  # noqa: ASYNC110
+            await asyncio.sleep(0)
+        cpu = time.process_time()
+        await asyncio.sleep(0.5)  # a span to measure, not synchronisation
+        assert time.process_time() - cpu < 0.1
+        await plane.get("/v1/pets", headers=AUTH)  # matches none of them
+        assert not any(r.done() for r in reads)
+        await plane.get("/v1/pets/1", headers=AUTH)
+        answers = await asyncio.gather(*reads)
+        assert all(a.json()["complete"] is True for a in answers)
+        assert waits(app) == 0
+
+
+async def test_without_a_journal_a_wait_answers_at_once() -> None:
+    """--journal-size 0: no entry will come, so a wait is not complete at once."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), journal_size=0)
+    async with running(create_app(settings, MemoryStore())) as plane:
+        params = {"atLeast": 1, "waitMs": 60000}
+        answer = await asyncio.wait_for(
+            plane.get("/_admin/requests", params=params, headers=ADMIN), 10
+        )
+        assert answer.json() == {"requests": [], "dropped": 0, "complete": False}
+
+
+def test_sigterm_answers_the_waits_and_the_service_stops(start_server: ServerFactory) -> None:
+    """SIGTERM while a read waits for requests: it answers at once, not complete, and the
+    service exits without cutting it."""
+    server = start_server("--admin-key", ADMIN_KEY, "--log-level", "trace")
+    in_app = "Started scope="  # uvicorn's trace of the app called: the read then waits
+    with server.client() as http, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        before = server.stderr.count(in_app)
+        params = {"atLeast": 1, "waitMs": 60000}
+        waiting = pool.submit(http.get, "/_admin/requests", params=params, headers=ADMIN)
+        wait_until(lambda: server.stderr.count(in_app) > before, "the read in the app")
+        server.process.send_signal(signal.SIGTERM)
+        answer = waiting.result(timeout=10)
+    assert answer.json() == {"requests": [], "dropped": 0, "complete": False}
+    assert server.process.wait(10) in (0, -15)
 
 
 async def test_the_tenants_gauge_counts_them(plane: httpx.AsyncClient) -> None:
