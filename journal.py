@@ -139,6 +139,8 @@ class Journal:
         """`raw` as text, each secret redacted, also percent-encoded (`+` read both ways)."""
         text = raw if isinstance(raw, str) else raw.decode(errors="replace")
         text = self.secrets.sub(REDACTED, text)
+        if "%" not in text and "+" not in text:  # nothing is encoded: done
+            return text
         for unquote in (urllib.parse.unquote, urllib.parse.unquote_plus):
             if self.secrets.search(decoded := unquote(text)):
                 text = self.secrets.sub(REDACTED, decoded)
