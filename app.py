@@ -26,7 +26,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import schemas
 from filestore import DataFileError, FileStore
-from journal import Journal
 from middleware import TENANT, BearerAuth, Cors, Requests
 from observability import Metrics, configure_logging, flush_logs, refuse_start
 from openapi import docs_routes, openapi_document
@@ -46,13 +45,17 @@ from schemas import (
 from server import bound_socket, serve
 from settings import Settings, SettingsError, asks_json, load_settings, with_key
 from store import IdempotencyConflict, MemoryStore, PetStore, seed_pets
-from testplane import Faults, Plane, Tenant
+from testplane import Plane, Tenant
 
 GET_PET_PATH: Final = PETS_PATH + "/{petId}"
 _INTEGER: Final = re.compile(r"(-?)0*([0-9]{1,19})")
 _KEY: Final = re.compile(schemas.IDEMPOTENCY_KEY_PATTERN)
 _STATUSES: Final = {status.value: status for status in schemas.PetStatus}
 UNSUPPORTED: Final = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+_DEPRECATED: Final = (
+    (b"deprecation", schemas.DEPRECATION.encode()),
+    (b"sunset", schemas.SUNSET.encode()),
+)
 
 
 @dataclasses.dataclass
@@ -227,9 +230,8 @@ class Petstore:
 
 def _deprecation(scope: Scope) -> list[tuple[bytes, bytes]]:
     """getPet's headers, on every answer of its path."""
-    link = f'<{scope.get("root_path", "")}{PETS_PATH}>; rel="successor-version"'
-    headers = {"deprecation": schemas.DEPRECATION, "sunset": schemas.SUNSET, "link": link}
-    return [(name.encode(), value.encode()) for name, value in headers.items()]
+    link = f'<{scope.get("root_path", "")}{PETS_PATH}>; rel="successor-version"'.encode()
+    return [*_DEPRECATED, (b"link", link)]
 
 
 def create_app(settings: Settings, store: PetStore) -> Petstore:
@@ -239,10 +241,7 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
         raise ValueError("settings.api_keys is empty: call with_key() first")
     health = Health()
     handlers = Handlers(settings, store, health)
-    tenant = Tenant(store)
-    if settings.admin_keys:
-        size = settings.journal_size
-        tenant = Tenant(store, Journal(size, settings.secrets) if size else None, Faults())
+    tenant = Tenant.kept(store, settings) if settings.admin_keys else Tenant(store)
     keys = {hashlib.sha256(key.encode()).digest(): tenant for key in settings.api_keys}
     plane = Plane(tenant, settings, keys) if settings.admin_keys else None
     tenants = plane.tenants if plane else {}

@@ -66,6 +66,7 @@ def _response(text: str, schema: Json | None = None, **headers: Json) -> Json:
     return {"description": text, "headers": headers, **content}
 
 
+_TENANT_ID: Final = _param("tenantId", "Id of the tenant", where="path")
 _REQUEST_ID: Final = _header("The request's own X-Request-Id if 1 to 128 visible ASCII, else new")
 _DEPRECATED: Final = {
     "Deprecation": _header("RFC 9745 deprecation date", const=schemas.DEPRECATION),
@@ -170,7 +171,7 @@ def _plane(refs: list[Json], tenant: bool) -> Json:
     """The paths of a tenant's reset, journal and fault rules: the plane's own, or (`tenant`)
     those under /tenants/{tenantId}, each operation's name with Tenant in it (resetTenant)."""
     new_rule, rule, journal, reset_done = refs[:4]
-    own = [_param("tenantId", "Id of the tenant", where="path")] if tenant else []
+    own = [_TENANT_ID] if tenant else []
 
     def op(
         name: str, doc: str, schema: Json | None = None, codes: str = "", *more: Any, **body: Any
@@ -221,7 +222,6 @@ def _plane(refs: list[Json], tenant: bool) -> Json:
 def _tenants(refs: list[Json]) -> Json:
     """The paths that make, list, show and delete tenants."""
     new_tenant, created, tenant, tenants = refs[4:8]
-    tenant_id = _param("tenantId", "Id of the tenant", where="path")
     make = "Make a tenant: an API key with pets, ids, journal, faults and keys of its own"
     location = {"Location": _header("Path of the tenant")}
     gone = "Delete a tenant: its key is refused from now on"
@@ -238,8 +238,8 @@ def _tenants(refs: list[Json]) -> Json:
             "get": _operation("listTenants", "Every tenant, oldest first", tenants),
         },
         "/tenants/{tenantId}": {
-            "get": _operation("getTenant", "A tenant", tenant, "not_found", tenant_id),
-            "delete": _operation("deleteTenant", gone, None, "not_found", tenant_id),
+            "get": _operation("getTenant", "A tenant", tenant, "not_found", _TENANT_ID),
+            "delete": _operation("deleteTenant", gone, None, "not_found", _TENANT_ID),
         },
     }
 

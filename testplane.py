@@ -135,6 +135,12 @@ class Tenant:
     created: float = 0.0
     used: float = 0.0  # a request with its key, or on its /_admin/tenants/{id} paths
 
+    @classmethod
+    def kept(cls, store: PetStore, settings: Settings) -> Tenant:
+        """A tenant whose journal (unless --journal-size 0) and fault rules are kept."""
+        size = settings.journal_size
+        return cls(store, Journal(size, settings.secrets) if size else None, Faults())
+
     def info(self) -> schemas.TenantInfo:
         created, used = schemas.rfc3339(self.created), schemas.rfc3339(self.used)
         return schemas.TenantInfo(self.id, self.store.count, created, used)
@@ -190,10 +196,9 @@ class Plane:
         if len(self.tenants) >= self.settings.max_tenants:
             most = self.settings.max_tenants
             raise ApiError(409, ErrorCode.TENANT_LIMIT_REACHED, f"At most {most} tenants at once")
-        size, key, now = self.settings.journal_size, tenant_key(), time.time()
-        journal = Journal(size, self.settings.secrets) if size else None
-        tenant = Tenant(MemoryStore(seed), journal, Faults(), id=secrets.token_hex(8))
-        tenant.digest, tenant.created, tenant.used = hashlib.sha256(key.encode()).digest(), now, now
+        key, tenant = tenant_key(), Tenant.kept(MemoryStore(seed), self.settings)
+        tenant.id, tenant.digest = secrets.token_hex(8), hashlib.sha256(key.encode()).digest()
+        tenant.created = tenant.used = time.time()
         self.tenants[tenant.id] = self.keys[tenant.digest] = tenant
         if self.sweeper is None:
             self.sweeper = asyncio.get_running_loop().call_later(1, self.sweep)
