@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -115,16 +115,17 @@ async def read_body(request: Request, limit: int) -> bytes:
     the rest is then read and dropped, so that a client sending it gets its answer)."""
     declared = request.headers.get("content-length", "")
     message = f"The body is over the limit of {limit} bytes"
-    if declared.isdigit():  # the server reads no more than it says
-        if int(declared) > limit:
-            raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message)
-        return await request.body()
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:  # a stream may not end: the connection goes
+    if declared.isdigit() and int(declared) > limit:  # the server reads no more than it says
+        raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message)
+    chunks: list[bytes] = []
+    size = 0
+    while (received := await request.receive())["type"] == "http.request":
+        chunks.append(chunk := received.get("body", b""))
+        if (size := size + len(chunk)) > limit:  # a stream may not end: the connection goes
             raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message, {"Connection": "close"})
-    return bytes(body)
+        if not received.get("more_body"):
+            return b"".join(chunks)
+    raise ClientDisconnect()
 
 
 class Handlers:

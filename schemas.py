@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import decimal
 import enum
@@ -12,6 +11,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
 import msgspec
 from starlette import routing
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocketClose
@@ -263,13 +263,16 @@ def error_response(
 
 
 class Route(routing.Route):
-    """Starlette's Route, but a method it doesn't take is refused in the Error shape."""
+    """Starlette's Route for an `async (Request) -> Response` endpoint, called directly: there
+    are no exception handlers to look up (BearerAuth answers ApiErrors). A method it doesn't take
+    is refused in the Error shape."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.methods and scope["method"] not in self.methods:
             allow = {"Allow": ", ".join(sorted(self.methods))}
             raise ApiError(405, ErrorCode.METHOD_NOT_ALLOWED, "Method not allowed here", allow)
-        await self.app(scope, receive, send)
+        response = await self.endpoint(Request(scope, receive, send))
+        await response(scope, receive, send)
 
 
 async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
@@ -329,8 +332,10 @@ def decode(body: bytes, type_: type[T]) -> T:
     """The body as `type_`, or a 400: `malformed_json` when it is not JSON at all (whatever else
     is wrong with it), else `validation_error` naming the field and the problem. Whole numbers
     count as JSON Schema counts them: `1.0` is 1."""
-    with contextlib.suppress(msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+    try:  # not contextlib.suppress, whose object each create would pay for
         return msgspec.json.decode(body, type=type_)  # the common case, in one pass
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        pass
     try:
         value = _any_json.decode(body)
     except msgspec.ValidationError:  # a whole number past Python's: JSON, if the syntax holds
