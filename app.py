@@ -15,7 +15,7 @@ import hashlib
 import multiprocessing
 import os
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -77,9 +77,9 @@ def _integer(text: str, what: str, low: int, high: int) -> int:
     return value
 
 
-def _query(request: Request, name: str, low: int, high: int, default: int) -> int:
+def _query(query: Mapping[str, str], name: str, low: int, high: int, default: int) -> int:
     """An integer query parameter; a 400 for anything else."""
-    text = request.query_params.get(name)
+    text = query.get(name)
     return default if text is None else _integer(text, f"Query parameter `{name}`", low, high)
 
 
@@ -143,11 +143,11 @@ class Handlers:
         tenant: Tenant = request.scope[TENANT]
         if tenant.faults and (fault := await tenant.faults.intercept(request, "listPets")):
             return fault
-        limit = _query(
-            request, "limit", schemas.LIMIT_MIN, schemas.LIMIT_MAX, schemas.LIMIT_DEFAULT
-        )
-        after = _query(request, "after", 0, schemas.INT64_MAX, 0)
-        text = request.query_params.get("status")
+        # A dict's get: the query's own raises and catches a KeyError for each name not sent.
+        params = dict(request.query_params.items())
+        limit = _query(params, "limit", schemas.LIMIT_MIN, schemas.LIMIT_MAX, schemas.LIMIT_DEFAULT)
+        after = _query(params, "after", 0, schemas.INT64_MAX, 0)
+        text = params.get("status")
         if (status := _STATUSES.get(text or "")) is None and text is not None:
             raise invalid(f"Query parameter `status` must be one of {', '.join(_STATUSES)}")
         page = await tenant.store.page(limit, status, after)
