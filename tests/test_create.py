@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app import Petstore
 from schemas import Pet
 from settings import Settings
 from store import MemoryStore
@@ -592,6 +593,35 @@ async def test_streamed_body_within_the_limit_is_accepted(client: httpx.AsyncCli
     )
     assert response.status_code == 201
     assert response.json() == {"id": 1, "name": "x" * 35, "categoryId": 1}
+
+
+async def test_a_client_gone_mid_body_stores_nothing_and_is_not_answered(
+    app: Petstore, store: MemoryStore
+) -> None:
+    """A create whose client disconnects before its body ends stores no pet and sends nothing."""
+    headers = [(b"authorization", f"Bearer {KEY}".encode()), (b"content-type", JSON.encode())]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/pets",
+        "query_string": b"",
+        "headers": headers,
+    }
+    messages = iter([
+        {"type": "http.request", "body": b'{"name": "Rex", ', "more_body": True},
+        {"type": "http.disconnect"},
+    ])  # fmt: skip
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    assert sent == []
+    assert store.count == 0
 
 
 async def test_concurrent_creates_get_distinct_ids(client: httpx.AsyncClient) -> None:
