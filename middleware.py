@@ -200,9 +200,14 @@ class Area:
         self.prefix, self.public = prefix, public
         send = f"send Authorization: Bearer <{key_name}>"
         challenge = f'Bearer realm="{realm}"'
-        self.missing = (f"Missing credential: {send}", challenge)
-        self.not_bearer = (f"Not a bearer token: {send}", challenge)
-        self.wrong = (f"The {key_name} is not accepted", f'{challenge}, error="invalid_token"')
+        self.missing = _refusal(f"Missing credential: {send}", challenge)
+        self.not_bearer = _refusal(f"Not a bearer token: {send}", challenge)
+        wrong = f"The {key_name} is not accepted"
+        self.wrong = _refusal(wrong, f'{challenge}, error="invalid_token"')
+
+
+def _refusal(message: str, challenge: str) -> Response:
+    return error_response(401, ErrorCode.UNAUTHORIZED, message, {"WWW-Authenticate": challenge})
 
 
 API_AREA: Final = Area(API_PREFIX, schemas.OPENAPI_PATH, schemas.BEARER_REALM, "API key")
@@ -270,9 +275,10 @@ class BearerAuth:
             if route.matches(scope)[0] is not Match.NONE:
                 scope["route"] = route
                 break
-        why = area.missing if digest is None else area.not_bearer if not digest else area.wrong
-        response = error_response(401, ErrorCode.UNAUTHORIZED, why[0], {"WWW-Authenticate": why[1]})
-        await response(scope, receive, send)
+        answer = area.missing if digest is None else area.not_bearer if not digest else area.wrong
+        # Made once: each gets its own list of the headers, which the layers around add to.
+        await send({"type": "http.response.start", "status": 401, "headers": [*answer.raw_headers]})
+        await send({"type": "http.response.body", "body": answer.body})
 
 
 # What a browser app may send and read.

@@ -245,3 +245,13 @@ async def test_the_401_says_what_was_sent(
     """A credential of another scheme was told it was missing."""
     response = await client.send(with_authorization(client, "GET", "/v1/pets", authorization))
     assert assert_error(response, 401, "unauthorized") == message
+
+
+async def test_each_401_has_its_own_headers(client: httpx.AsyncClient) -> None:
+    """The refusals are made once: what is added to one answer (its request id, getPet's
+    deprecation headers) is not carried into the next."""
+    for path in ("/v1/pets/1", "/v1/pets/1", "/v1/pets"):
+        response = await client.get(path, headers={"Authorization": "Bearer wrong-key"})
+        assert_error(response, 401, "unauthorized")
+        assert len(response.headers.get_list("x-request-id")) == 1
+        assert len(response.headers.get_list("deprecation")) == (0 if path == "/v1/pets" else 1)
