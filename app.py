@@ -11,12 +11,14 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:  # the image's p
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import multiprocessing
 import os
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
+from urllib.parse import parse_qsl
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import ClientDisconnect, Request
@@ -83,11 +85,18 @@ def _query(query: Mapping[str, str], name: str, low: int, high: int, default: in
     return default if text is None else _integer(text, f"Query parameter `{name}`", low, high)
 
 
-def idempotency_key(request: Request) -> str | None:
+def header_fields(request: Request) -> dict[bytes, bytes]:
+    """The first value of each header, by name, in one pass (each lookup in Starlette's Headers
+    is a pass of its own); its `getlist` gives the few names that may repeat."""
+    return dict(reversed(request.scope["headers"]))
+
+
+def idempotency_key(request: Request, fields: dict[bytes, bytes]) -> str | None:
     """The request's Idempotency-Key, bare or quoted (`"abc"` is `abc`); a 400 for anything but
     1 to 255 visible ASCII characters, or two of them."""
-    if not (values := request.headers.getlist("idempotency-key")):
+    if b"idempotency-key" not in fields:
         return None
+    values = request.headers.getlist("idempotency-key")
     if len(values) > 1 or not _KEY.match(value := values[0].rstrip(" \t")):
         most = schemas.IDEMPOTENCY_KEY_MAX
         raise invalid(f"Idempotency-Key must be one value of 1 to {most} visible ASCII characters,"
@@ -95,25 +104,25 @@ def idempotency_key(request: Request) -> str | None:
     return re.sub(r"\\(.)", r"\1", value[1:-1]) if value.startswith('"') else value
 
 
-def require_json(request: Request) -> None:
+def require_json(request: Request, fields: dict[bytes, bytes]) -> None:
     """A 415 unless the body is JSON (UTF-8, if a charset is named), sent as it is."""
-    content_type = request.headers.get("content-type", "")
+    content_type = fields.get(b"content-type", b"").decode("latin-1")
     if content_type != "application/json":  # else parameters to look at
         media_type, *parameters = content_type.lower().split(";")
         utf8 = all(p.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"') for p in parameters)
         if media_type.strip() != "application/json" or not utf8:
             raise ApiError(415, UNSUPPORTED, "Content-Type must be application/json (UTF-8)")
-    if encodings := request.headers.getlist("content-encoding"):
-        encoding = ",".join(encodings)
+    if b"content-encoding" in fields:
+        encoding = ",".join(request.headers.getlist("content-encoding"))
         if any(coding.strip().lower() not in ("", "identity") for coding in encoding.split(",")):
             raise ApiError(415, UNSUPPORTED, f"Content-Encoding {encoding!r} is not supported:"
                            " send the body as it is")  # fmt: skip
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, fields: dict[bytes, bytes]) -> bytes:
     """The whole body; a 413 as soon as it passes `limit` bytes (at once, by Content-Length:
     the rest is then read and dropped, so that a client sending it gets its answer)."""
-    declared = request.headers.get("content-length", "")
+    declared = fields.get(b"content-length", b"")
     message = f"The body is over the limit of {limit} bytes"
     if declared.isdigit() and int(declared) > limit:  # the server reads no more than it says
         raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message)
@@ -143,8 +152,9 @@ class Handlers:
         tenant: Tenant = request.scope[TENANT]
         if tenant.faults and (fault := await tenant.faults.intercept(request, "listPets")):
             return fault
-        # A dict's get: the query's own raises and catches a KeyError for each name not sent.
-        params = dict(request.query_params.items())
+        # As Starlette's QueryParams reads it (the last of a name counts), without its lists.
+        raw = request.scope["query_string"].decode("latin-1")
+        params = dict(parse_qsl(raw, keep_blank_values=True))
         limit = _query(params, "limit", schemas.LIMIT_MIN, schemas.LIMIT_MAX, schemas.LIMIT_DEFAULT)
         after = _query(params, "after", 0, schemas.INT64_MAX, 0)
         text = params.get("status")
@@ -160,9 +170,9 @@ class Handlers:
 
     async def create_pet(self, request: Request) -> Response:
         tenant: Tenant = request.scope[TENANT]
-        key, refused = None, None
+        key, refused, fields = None, None, header_fields(request)
         try:
-            key = idempotency_key(request)
+            key = idempotency_key(request, fields)
         except ApiError as error:  # fault rules come first: refused after them
             refused = error
         held = key if key is not None and key not in tenant.keys_in_flight else None
@@ -175,8 +185,9 @@ class Handlers:
                 raise refused
             if key is not None and held is None:
                 raise IdempotencyConflict(key)
-            require_json(request)
-            new_pet = schemas.decode(await read_body(request, self.settings.max_body), NewPet)
+            require_json(request, fields)
+            body = await read_body(request, self.settings.max_body, fields)
+            new_pet = schemas.decode(body, NewPet)
             pet, replayed = await tenant.store.add(new_pet, key)
         finally:
             tenant.keys_in_flight.discard(held or "")
@@ -229,9 +240,10 @@ class Petstore:
             self.plane.end_waits()
 
 
-def _deprecation(scope: Scope) -> list[tuple[bytes, bytes]]:
+@functools.cache
+def _deprecation(root_path: str) -> list[tuple[bytes, bytes]]:
     """getPet's headers, on every answer of its path."""
-    link = f'<{scope.get("root_path", "")}{PETS_PATH}>; rel="successor-version"'.encode()
+    link = f'<{root_path}{PETS_PATH}>; rel="successor-version"'.encode()
     return [*_DEPRECATED, (b"link", link)]
 
 

@@ -30,7 +30,7 @@ access_logger = logging.getLogger("petstore.access")
 
 TENANT: Final = "petstore.tenant"  # scope key: the Tenant a request acts on
 LOG_EVERY: Final = 0.05  # seconds the access log's lines gather before they are handed on
-RouteHeaders = Callable[[Scope], list[tuple[bytes, bytes]]]
+RouteHeaders = Callable[[str], list[tuple[bytes, bytes]]]  # of the root path
 
 
 def route_path(scope: Scope) -> str:
@@ -122,7 +122,7 @@ class Requests:
                 headers.extend(scope.get(ADDED_HEADERS, ()))
                 route = scope.get("route")
                 if route is not None and (more := self.route_headers.get(route.path)):
-                    headers.extend(more(scope))
+                    headers.extend(more(scope.get("root_path", "")))
             await send(message)
 
         try:
