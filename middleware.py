@@ -40,15 +40,15 @@ def route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-def _request_id(scope: Scope, make: Callable[[], str]) -> str:
-    """The client's X-Request-Id when it is 1 to 128 visible ASCII characters, else one made."""
+def _sent_id(scope: Scope) -> str | None:
+    """The client's X-Request-Id when it is 1 to 128 visible ASCII characters."""
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             sent = value.strip(b" \t")  # whitespace around a value is not part of it
             if 0 < len(sent) <= 128 and all(0x21 <= byte <= 0x7E for byte in sent):
                 return str(sent.decode("ascii"))
             break
-    return make()
+    return None
 
 
 class KeptBody:
@@ -97,7 +97,7 @@ class Requests:
         self.max_body = settings.max_body
         self.lines: list[str] = []  # access-log lines not yet handed to the logger
         prefix, counter = secrets.token_hex(4), itertools.count(1)
-        self.make_id = lambda: f"{prefix}-{next(counter)}"
+        self.make_id: Callable[[], str] = lambda: f"{prefix}-{next(counter)}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -106,7 +106,8 @@ class Requests:
         started, clock = time.time(), time.perf_counter()
         if self.root_path and not scope.get("root_path"):
             scope["root_path"], scope["path"] = self.root_path, self.root_path + scope["path"]
-        request_id = _request_id(scope, self.make_id)
+        sent = _sent_id(scope)
+        request_id = sent or self.make_id()
         journaled = self.journaling and _under(route_path(scope), API_PREFIX)
         journal_body = journaled and scope["method"] == "POST"
         kept = KeptBody(scope, receive, self.max_body) if journal_body else None
@@ -140,7 +141,8 @@ class Requests:
                 raise
         duration = time.perf_counter() - clock
         final = None if STATUS in scope else (status[0] if status else None)
-        self._log(scope, final, duration, request_id, started)
+        logged_id = redact(sent, self.secrets) if sent else request_id  # a made one has no secret
+        self._log(scope, final, duration, logged_id, started)
         if self.metrics is not None:
             route = scope.get("route")
             self.metrics.observe(scope["method"], route.path if route else "other", final, duration)
@@ -154,7 +156,7 @@ class Requests:
         if not access_logger.isEnabledFor(INFO):
             return
         client = scope.get("client")
-        path, request_id = redact(scope["path"], self.secrets), redact(request_id, self.secrets)
+        path = redact(scope["path"], self.secrets)
         if self.json_lines:
             line = encoder.encode(
                 {
