@@ -87,7 +87,7 @@ def _query(query: Mapping[str, str], name: str, low: int, high: int, default: in
 
 def header_fields(request: Request) -> dict[bytes, bytes]:
     """The first value of each header, by name, in one pass (each lookup in Starlette's Headers
-    is a pass of its own); its `getlist` gives the few names that may repeat."""
+    is a pass of its own); `request.headers.getlist` still reads a name that may repeat."""
     return dict(reversed(request.scope["headers"]))
 
 
