@@ -96,28 +96,28 @@ class Requests:
         self.journaling = bool(settings.admin_keys and settings.journal_size)
         self.max_body = settings.max_body
         self.lines: list[str] = []  # access-log lines not yet handed to the logger
-        prefix, counter = secrets.token_hex(4), itertools.count(1)
-        self.make_id: Callable[[], str] = lambda: f"{prefix}-{next(counter)}"
+        self.prefix, self.ids = secrets.token_hex(4), itertools.count(1)  # a made id's parts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started, clock = time.time(), time.perf_counter()
+        clock = time.perf_counter()
         if self.root_path and not scope.get("root_path"):
             scope["root_path"], scope["path"] = self.root_path, self.root_path + scope["path"]
         sent = _sent_id(scope)
-        request_id = sent or self.make_id()
+        request_id = sent or f"{self.prefix}-{next(self.ids)}"
         journaled = self.journaling and _under(route_path(scope), API_PREFIX)
         journal_body = journaled and scope["method"] == "POST"
         kept = KeptBody(scope, receive, self.max_body) if journal_body else None
-        status: list[int] = []
+        status: int | None = None  # the answer's, once it starts
 
         async def send_with_id(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
                 if kept is not None and message["status"] != 401:
                     await kept.rest()
-                status.append(message["status"])
+                status = message["status"]
                 headers = message.setdefault("headers", [])
                 headers.append((b"x-request-id", request_id.encode()))
                 headers.extend(scope.get(ADDED_HEADERS, ()))
@@ -132,7 +132,7 @@ class Requests:
             cut = isinstance(error, asyncio.CancelledError)  # the shutdown's grace ran out
             if not cut:
                 logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
-            if not status:
+            if status is None:
                 why = "The service stopped before this request was answered" if cut else ""
                 message = why or "Internal error; the log has details"
                 response = error_response(500, ErrorCode.INTERNAL_ERROR, message)
@@ -140,19 +140,17 @@ class Requests:
             if cut:
                 raise
         duration = time.perf_counter() - clock
-        final = None if STATUS in scope else (status[0] if status else None)
+        final = None if STATUS in scope else status
         logged_id = redact(sent, self.secrets) if sent else request_id  # a made one has no secret
-        self._log(scope, final, duration, logged_id, started)
+        self._log(scope, final, duration, logged_id)
         if self.metrics is not None:
             route = scope.get("route")
             self.metrics.observe(scope["method"], route.path if route else "other", final, duration)
         if journaled and (journal := scope[TENANT].journal) is not None:
             body = None if kept is None or kept.body is None else bytes(kept.body)
-            journal.record(scope, final, started, duration, request_id, body)
+            journal.record(scope, final, time.time() - duration, duration, request_id, body)
 
-    def _log(
-        self, scope: Scope, status: int | None, duration: float, request_id: str, started: float
-    ) -> None:
+    def _log(self, scope: Scope, status: int | None, duration: float, request_id: str) -> None:
         if not access_logger.isEnabledFor(INFO):
             return
         client = scope.get("client")
@@ -160,7 +158,7 @@ class Requests:
         if self.json_lines:
             line = encoder.encode(
                 {
-                    "time": rfc3339(started),
+                    "time": rfc3339(time.time() - duration),
                     "client": client[0] if client else None,
                     "method": scope["method"],
                     "path": path,

@@ -9,6 +9,7 @@ import json
 import logging
 import logging.config
 import logging.handlers
+import operator
 import queue
 import re
 import secrets
@@ -189,8 +190,8 @@ class Metrics:
 
     def __init__(self, store: PetStore, tenants: Sized, *, datafile: bool) -> None:
         registry = self.registry = CollectorRegistry()
-        self.counts: dict[tuple[str, str, int | None], int] = {}
-        self.durations: dict[tuple[str, str], list[float]] = {}  # bucket counts, then the sum
+        # By method, route and status: the count in each duration bucket, then their sum.
+        self.requests: dict[tuple[str, str, int | None], list[float]] = {}
         registry.register(self)
         pets = Gauge("petstore_pets", "Pets stored", registry=registry)
         pets.set_function(lambda: store.count)
@@ -212,11 +213,9 @@ class Metrics:
 
     def observe(self, method: str, route: str, status: int | None, seconds: float) -> None:
         """Count one answered request."""
-        method = method if method in _METHODS else "other"  # no label grows with the traffic
-        key = (method, route, status)
-        self.counts[key] = self.counts.get(key, 0) + 1  # a dict's: a Counter's += is slower
-        if (counts := self.durations.get((method, route))) is None:
-            counts = self.durations[method, route] = [0.0] * (len(_BUCKETS) + 2)
+        key = (method if method in _METHODS else "other", route, status)  # no label grows
+        if (counts := self.requests.get(key)) is None:
+            counts = self.requests[key] = [0] * len(_BUCKET_NAMES) + [0.0]
         counts[bisect.bisect_left(_BUCKETS, seconds)] += 1
         counts[-1] += seconds
 
@@ -224,14 +223,16 @@ class Metrics:
         """The request metrics, made at a scrape."""
         text = "HTTP requests answered, by method, route template and status"
         requests = CounterMetricFamily("petstore_http_requests", text, labels=[*_LABELS, "status"])
-        for (method, route, status), count in self.counts.items():
-            requests.add_metric(
-                [method, route, "dropped" if status is None else str(status)], count
-            )
+        durations: dict[tuple[str, str], list[float]] = {}  # the statuses' counts added up
+        for (method, route, status), counts in self.requests.items():
+            shown = "dropped" if status is None else str(status)
+            requests.add_metric([method, route, shown], sum(counts[:-1]))
+            total = durations.get((method, route), [0.0] * len(counts))
+            durations[method, route] = [*map(operator.add, total, counts)]
         text = "Time from a request's arrival to its answer"
         name = "petstore_http_request_duration_seconds"
         duration = HistogramMetricFamily(name, text, labels=_LABELS)
-        for labels, counts in self.durations.items():
+        for labels, counts in durations.items():
             buckets = zip(_BUCKET_NAMES, itertools.accumulate(counts[:-1]), strict=True)
             duration.add_metric(list(labels), list(buckets), counts[-1])
         yield from (requests, duration)
