@@ -12,7 +12,6 @@ if __name__ == "__main__" and sys.argv[1:2] == ["healthcheck"]:  # the image's p
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import multiprocessing
 import os
 import re
@@ -29,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import schemas
 from filestore import DataFileError, FileStore
 from middleware import TENANT, BearerAuth, Cors, Requests
-from observability import Metrics, configure_logging, flush_logs, refuse_start
+from observability import Metrics, configure_logging, flush_logs, key_digest, refuse_start
 from openapi import docs_routes, openapi_document
 from pgstore import DatabaseError, DatabaseStore
 from schemas import (
@@ -255,7 +254,7 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
     health = Health()
     handlers = Handlers(settings, store, health)
     tenant = Tenant.kept(store, settings) if settings.admin_keys else Tenant(store)
-    keys = {hashlib.sha256(key.encode()).digest(): tenant for key in settings.api_keys}
+    keys = {key_digest(key.encode()): tenant for key in settings.api_keys}
     plane = Plane(tenant, settings, keys) if settings.admin_keys else None
     tenants = plane.tenants if plane else {}
     datafile = isinstance(store, FileStore)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import logging
 import secrets
@@ -20,7 +19,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import schemas
-from observability import Metrics, redact
+from observability import Metrics, key_digest, redact
 from schemas import API_PREFIX, JOURNAL_BODY_LIMIT, ErrorCode, encoder, error_response, rfc3339
 from settings import Settings
 from testplane import ADDED_HEADERS, STATUS, Tenant
@@ -218,8 +217,8 @@ ADMIN_AREA: Final = Area(
 
 class BearerAuth:
     """Refuses a request under /v1 (or, with the plane, /_admin) without that area's key, before
-    routing; puts the key's tenant in the scope (`tenants` maps a key's SHA-256 to it: a lookup
-    tells nothing of a key's characters); answers the routes' ApiErrors in the Error shape."""
+    routing; puts the key's tenant in the scope (`tenants` is by `key_digest`); answers the
+    routes' ApiErrors in the Error shape."""
 
     def __init__(
         self,
@@ -231,7 +230,7 @@ class BearerAuth:
         routes: Sequence[BaseRoute],
     ) -> None:
         self.app, self.tenants, self.default, self.routes = app, tenants, default, routes
-        self.admin = {hashlib.sha256(key.encode()).digest() for key in admin_keys}
+        self.admin = {key_digest(key.encode()) for key in admin_keys}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -263,9 +262,7 @@ class BearerAuth:
             if name == b"authorization" and value.strip():
                 scheme, _, token = value.partition(b" ")
                 token = token.strip(b" \t")
-                return (
-                    hashlib.sha256(token).digest() if scheme.lower() == b"bearer" and token else b""
-                )
+                return key_digest(token) if scheme.lower() == b"bearer" and token else b""
         return None
 
     async def _refuse(

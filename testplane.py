@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import random
 import secrets
@@ -22,7 +21,7 @@ from starlette.types import Scope
 
 import schemas
 from journal import Journal
-from observability import tenant_key
+from observability import key_digest, tenant_key
 from openapi import admin_openapi_document
 from protocol import DROP
 from schemas import ApiError, ErrorCode, JSONResponse, NewFaultRule, invalid
@@ -124,7 +123,7 @@ def _preferred(request: Request) -> tuple[NewFaultRule, str] | None:
 @dataclass
 class Tenant:
     """One isolated world: its pets, journal and fault rules (None: not kept), keys in flight;
-    for a tenant the plane made, its id, its key's SHA-256 and its times (Unix)."""
+    for a tenant the plane made, its id, its key's digest and its times (Unix)."""
 
     store: PetStore
     journal: Journal | None = None
@@ -149,7 +148,7 @@ class Tenant:
 class Plane:
     """The /_admin routes: the tenants; a tenant's reset, journal and fault rules (the plane's
     own paths act on `default`, the configured keys' tenant); the plane's document. `keys`
-    maps a key's SHA-256 to its tenant: the auth's dictionary, which minting fills."""
+    maps a key's digest to its tenant: the auth's dictionary, which minting fills."""
 
     def __init__(self, default: Tenant, settings: Settings, keys: dict[bytes, Tenant]) -> None:
         self.default, self.settings, self.keys = default, settings, keys
@@ -197,7 +196,7 @@ class Plane:
             most = self.settings.max_tenants
             raise ApiError(409, ErrorCode.TENANT_LIMIT_REACHED, f"At most {most} tenants at once")
         key, tenant = tenant_key(), Tenant.kept(MemoryStore(seed), self.settings)
-        tenant.id, tenant.digest = secrets.token_hex(8), hashlib.sha256(key.encode()).digest()
+        tenant.id, tenant.digest = secrets.token_hex(8), key_digest(key.encode())
         tenant.created = tenant.used = time.time()
         self.tenants[tenant.id] = self.keys[tenant.digest] = tenant
         if self.sweeper is None:
