@@ -184,9 +184,7 @@ class Handlers:
                 raise refused
             if key is not None and held is None:
                 raise IdempotencyConflict(key)
-            require_json(request, fields)
-            body = await read_body(request, self.settings.max_body, fields)
-            new_pet = schemas.decode(body, NewPet)
+            new_pet = schemas.decode(await self.read_json(request, fields), NewPet)
             pet, replayed = await tenant.store.add(new_pet, key)
         finally:
             tenant.keys_in_flight.discard(held or "")
@@ -194,6 +192,13 @@ class Handlers:
         if replayed:
             headers["Idempotent-Replayed"] = "true"
         return JSONResponse(pet, 201, headers)
+
+    async def read_json(self, request: Request, fields: dict[bytes, bytes] | None = None) -> bytes:
+        """A JSON body of at most --max-body bytes, else a 415 or a 413: createPet's rules, which
+        the plane's POSTs follow too."""
+        fields = header_fields(request) if fields is None else fields
+        require_json(request, fields)
+        return await read_body(request, self.settings.max_body, fields)
 
     async def get_pet(self, request: Request) -> Response:
         tenant: Tenant = request.scope[TENANT]
@@ -255,7 +260,7 @@ def create_app(settings: Settings, store: PetStore) -> Petstore:
     handlers = Handlers(settings, store, health)
     tenant = Tenant.kept(store, settings) if settings.admin_keys else Tenant(store)
     keys = {key_digest(key.encode()): tenant for key in settings.api_keys}
-    plane = Plane(tenant, settings, keys) if settings.admin_keys else None
+    plane = Plane(tenant, settings, keys, handlers.read_json) if settings.admin_keys else None
     tenants = plane.tenants if plane else {}
     datafile = isinstance(store, FileStore)
     metrics = Metrics(store, tenants, datafile=datafile) if settings.metrics else None

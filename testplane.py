@@ -8,7 +8,7 @@ import itertools
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -148,10 +148,17 @@ class Tenant:
 class Plane:
     """The /_admin routes: the tenants; a tenant's reset, journal and fault rules (the plane's
     own paths act on `default`, the configured keys' tenant); the plane's document. `keys`
-    maps a key's digest to its tenant: the auth's dictionary, which minting fills."""
+    maps a key's digest to its tenant: the auth's dictionary, which minting fills. `read_json`
+    reads a POST's body as createPet's is read."""
 
-    def __init__(self, default: Tenant, settings: Settings, keys: dict[bytes, Tenant]) -> None:
-        self.default, self.settings, self.keys = default, settings, keys
+    def __init__(
+        self,
+        default: Tenant,
+        settings: Settings,
+        keys: dict[bytes, Tenant],
+        read_json: Callable[[Request], Awaitable[bytes]],
+    ) -> None:
+        self.default, self.settings, self.keys, self.read_json = default, settings, keys, read_json
         self.tenants: dict[str, Tenant] = {}  # by id, oldest first
         self.sweeper: asyncio.TimerHandle | None = None
 
@@ -187,7 +194,7 @@ class Plane:
         """Every tenant (GET); a new one, from its own seed or the service's (POST, 201)."""
         if request.method == "GET":
             return JSONResponse(schemas.TenantList([t.info() for t in self.tenants.values()]))
-        new = schemas.decode(await request.body(), schemas.NewTenant)
+        new = schemas.decode(await self.read_json(request), schemas.NewTenant)
         try:
             seed = self.default.store.seed if new.pets is msgspec.UNSET else seed_pets(new.pets)
         except ValueError as error:
@@ -280,7 +287,7 @@ class Plane:
         if request.method == "GET":
             return JSONResponse(faults.rules)
         if request.method == "POST":
-            rule = schemas.decode(await request.body(), NewFaultRule)
+            rule = schemas.decode(await self.read_json(request), NewFaultRule)
             check_rule(rule, request.scope)
             return JSONResponse(faults.add(rule), 201)
         if (text := request.path_params.get("ruleId")) is None:

@@ -771,6 +771,33 @@ async def test_numbers_past_a_rule_s_bounds_name_the_field(plane: httpx.AsyncCli
         assert "$.delayMs" in assert_error(response, 400, "validation_error")
 
 
+@pytest.mark.parametrize(
+    ("path", "none"),
+    [("/_admin/faults", []), ("/_admin/tenants", {"tenants": []})],
+    ids=["faults", "tenants"],
+)
+async def test_a_plane_post_reads_its_body_as_create_does(path: str, none: object) -> None:
+    """A body not sent as JSON is 415; one over --max-body is 413, by its Content-Length or as
+    it arrives; none makes anything."""
+    settings = Settings(api_keys=(KEY,), admin_keys=(ADMIN_KEY,), max_body=100)
+    body = b'{"operation": "*", "status": 503}' if "faults" in path else b"{}"
+    headers, too_large = {**ADMIN, "Content-Type": "application/json"}, body + b" " * 100
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield too_large
+
+    async with running(plane_app(settings)) as plane:
+        as_text = await plane.post(
+            path, content=body, headers={**ADMIN, "Content-Type": "text/plain"}
+        )
+        assert_error(as_text, 415, "unsupported_media_type")
+        for sent in (too_large, stream()):
+            answer = await plane.post(path, content=sent, headers=headers)
+            assert_error(answer, 413, "payload_too_large")
+        assert (await plane.get(path, headers=ADMIN)).json() == none
+        assert (await plane.post(path, content=body, headers=headers)).status_code == 201
+
+
 async def test_a_rule_that_is_not_json_is_malformed(plane: httpx.AsyncClient) -> None:
     """A body that is not JSON: 400 malformed_json."""
     headers = {**ADMIN, "Content-Type": "application/json"}

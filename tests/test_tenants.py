@@ -88,7 +88,8 @@ async def test_a_tenant_starts_from_its_own_seed_or_the_service_s() -> None:
 async def test_a_bad_tenant_body_is_a_400_and_makes_none(
     plane: httpx.AsyncClient, body: bytes, code: str
 ) -> None:
-    answer = await plane.post("/_admin/tenants", content=body, headers=ADMIN)
+    headers = {**ADMIN, "Content-Type": "application/json"}
+    answer = await plane.post("/_admin/tenants", content=body, headers=headers)
     assert_error(answer, 400, code)
     assert (await plane.get("/_admin/tenants", headers=ADMIN)).json() == {"tenants": []}
 
