@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import schemas
 from filestore import DataFileError, FileStore
-from middleware import TENANT, BearerAuth, Cors, Requests
+from middleware import TENANT, BearerAuth, Cors, Requests, over_limit
 from observability import Metrics, configure_logging, flush_logs, key_digest, refuse_start
 from openapi import docs_routes, openapi_document
 from pgstore import DatabaseError, DatabaseStore
@@ -118,19 +118,24 @@ def require_json(request: Request, fields: dict[bytes, bytes]) -> None:
                            " send the body as it is")  # fmt: skip
 
 
+def _too_large(limit: int, headers: dict[str, str] | None = None) -> ApiError:
+    """The 413 of a body over `limit` bytes."""
+    return ApiError(
+        413, ErrorCode.PAYLOAD_TOO_LARGE, f"The body is over the limit of {limit} bytes", headers
+    )
+
+
 async def read_body(request: Request, limit: int, fields: dict[bytes, bytes]) -> bytes:
     """The whole body; a 413 as soon as it passes `limit` bytes (at once, by Content-Length:
     the rest is then read and dropped, so that a client sending it gets its answer)."""
-    declared = fields.get(b"content-length", b"")
-    message = f"The body is over the limit of {limit} bytes"
-    if declared.isdigit() and int(declared) > limit:  # the server reads no more than it says
-        raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message)
+    if over_limit(fields.get(b"content-length", b""), limit):  # refused before a byte is read
+        raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     while (received := await request.receive())["type"] == "http.request":
         chunks.append(chunk := received.get("body", b""))
         if (size := size + len(chunk)) > limit:  # a stream may not end: the connection goes
-            raise ApiError(413, ErrorCode.PAYLOAD_TOO_LARGE, message, {"Connection": "close"})
+            raise _too_large(limit, {"Connection": "close"})
         if not received.get("more_body"):
             return b"".join(chunks)
     raise ClientDisconnect()

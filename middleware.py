@@ -50,6 +50,11 @@ def _sent_id(scope: Scope) -> str | None:
     return None
 
 
+def over_limit(length: bytes, limit: int) -> bool:
+    """Whether a Content-Length declares a body over `limit`: one refused (413) unread."""
+    return length.isdigit() and int(length) > limit
+
+
 class KeptBody:
     """What a create under /v1 sends, as the journal keeps it: the start of its body, read as
     the handler reads it, or, for a create refused unread, read before the answer goes."""
@@ -71,7 +76,7 @@ class KeptBody:
         headers = dict(self.scope["headers"])
         length = headers.get(b"content-length", b"")
         waits = headers.get(b"expect", b"").lower() == b"100-continue"
-        if self.body is not None or waits or (length.isdigit() and int(length) > self.max_body):
+        if self.body is not None or waits or over_limit(length, self.max_body):
             return
         while (message := await self.receive())["type"] == "http.request":
             if not message.get("more_body") or len(self.body or b"") > JOURNAL_BODY_LIMIT:
