@@ -197,7 +197,7 @@ class Metrics:
 
     def __init__(self, store: PetStore, tenants: Sized, *, datafile: bool) -> None:
         registry = self.registry = CollectorRegistry()
-        # By method, route and status: the count in each duration bucket, then their sum.
+        # By method, route and status: the count in each duration bucket, then the durations summed.
         self.requests: dict[tuple[str, str, int | None], list[float]] = {}
         registry.register(self)
         pets = Gauge("petstore_pets", "Pets stored", registry=registry)
