@@ -148,7 +148,7 @@ class Handlers:
         self.settings, self.store, self.health = settings, store, health
 
     async def pets(self, request: Request) -> Response:
-        if request.method == "POST":
+        if request.scope["method"] == "POST":
             return await self.create_pet(request)
         return await self.list_pets(request)
 

@@ -247,7 +247,9 @@ class BearerAuth:
                     if (tenant := self.tenants.get(digest) if digest else None) is None:
                         await self._refuse(scope, receive, send, API_AREA, digest)
                         return
-                    scope[TENANT], tenant.used = tenant, time.time()
+                    scope[TENANT] = tenant
+                    if tenant.id:  # a minted tenant: its idleness is watched
+                        tenant.used = time.time()
             elif self.admin and _under(path, ADMIN_AREA.prefix) and path != ADMIN_AREA.public:
                 digest = self._digest(scope)
                 if digest not in self.admin:

@@ -57,6 +57,8 @@ class PetStatus(enum.Enum):
     PENDING = "pending"
     SOLD = "sold"
 
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash is Python code
+
 
 class ErrorCode(enum.Enum):
     """Machine-readable error codes, one per kind of failure."""
