@@ -115,6 +115,8 @@ class Requests:
         sent = _sent_id(scope)
         request_id = sent or f"{self.prefix}-{next(self.ids)}"
         journaled = self.journaling and _under(route_path(scope), API_PREFIX)
+        # The journal orders requests by their arrival: on the wall clock, read as they arrive.
+        arrived = time.time() if journaled else 0.0
         journal_body = journaled and scope["method"] == "POST"
         kept = KeptBody(scope, receive, self.max_body) if journal_body else None
         status: int | None = None  # the answer's, once it starts
@@ -140,8 +142,11 @@ class Requests:
             if not cut:
                 logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
             if status is None:
-                why = "The service stopped before this request was answered" if cut else ""
-                message = why or "Internal error; the log has details"
+                message = (
+                    "The service stopped before this request was answered"
+                    if cut
+                    else "Internal error; the log has details"
+                )
                 response = error_response(500, ErrorCode.INTERNAL_ERROR, message)
                 await response(scope, receive, send_with_id)
             if cut:
@@ -158,7 +163,7 @@ class Requests:
             self.metrics.observe(scope["method"], route.path if route else "other", final, duration)
         if journaled and (journal := scope[TENANT].journal) is not None:
             body = None if kept is None or kept.body is None else bytes(kept.body)
-            journal.record(scope, final, time.time() - duration, duration, request_id, body)
+            journal.record(scope, final, arrived, duration, request_id, body)
 
     def _line(self, answered: Answered, to_wall: float) -> str:
         clock, duration, client, method, path, status, sent, request_id = answered
