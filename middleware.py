@@ -34,7 +34,7 @@ LOG_EVERY: Final = 0.02
 RouteHeaders = Callable[[str], list[tuple[bytes, bytes]]]  # of the root path
 # What the access log keeps of a request until the flush makes its line: its clock at arrival,
 # duration, client, method, path, status, the id it was sent (or None) and its id.
-Answered = tuple[float, float, tuple[str, int] | None, str, str, int | None, str | None, str]
+Ended = tuple[float, float, tuple[str, int] | None, str, str, int | None, str | None, str]
 
 
 def route_path(scope: Scope) -> str:
@@ -89,7 +89,7 @@ class KeptBody:
 
 
 class Requests:
-    """Outermost: gives each request its id, times it, writes its access-log line, counts it,
+    """Outermost: gives each request its id, times it, logs it in the access log, counts it,
     records /v1 requests in their tenant's journal, and answers anything unexpected with 500."""
 
     def __init__(
@@ -104,7 +104,7 @@ class Requests:
         self.json_lines = settings.log_format == "json"
         self.journaling = bool(settings.admin_keys and settings.journal_size)
         self.max_body = settings.max_body
-        self.answered: list[Answered] = []  # the access log's, not yet handed to the logger
+        self.ended: list[Ended] = []  # requests whose access-log lines are not made yet
         self.prefix, self.ids = secrets.token_hex(4), itertools.count(1)  # a made id's parts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -156,10 +156,10 @@ class Requests:
         duration = time.perf_counter() - clock
         final = None if STATUS in scope else status
         if access_logger.isEnabledFor(INFO):  # its line is made at the flush, with the others
-            if not self.answered:
+            if not self.ended:
                 asyncio.get_running_loop().call_later(LOG_EVERY, self.flush)
             client, method, path = scope.get("client"), scope["method"], scope["path"]
-            self.answered.append((clock, duration, client, method, path, final, sent, request_id))
+            self.ended.append((clock, duration, client, method, path, final, sent, request_id))
         if self.metrics is not None:
             route = scope.get("route")
             self.metrics.observe(scope["method"], route.path if route else "other", final, duration)
@@ -167,8 +167,8 @@ class Requests:
             body = None if kept is None or kept.body is None else bytes(kept.body)
             journal.record(scope, final, arrived, duration, request_id, body)
 
-    def _line(self, answered: Answered, to_wall: float) -> str:
-        clock, duration, client, method, path, status, sent, request_id = answered
+    def _line(self, ended: Ended, to_wall: float) -> str:
+        clock, duration, client, method, path, status, sent, request_id = ended
         path = redact(path, self.secrets)
         request_id = redact(sent, self.secrets) if sent else request_id  # a made one has none
         if self.json_lines:
@@ -192,13 +192,12 @@ class Requests:
         )
 
     def flush(self) -> None:
-        """Hand the lines of the requests answered so far to the access logger, as one record:
-        a record (and a wake of the writer thread) a line cost each request more than the rest
-        of its logging, and lines made in one loop cost less than made one at a time."""
-        if self.answered:
-            answered, self.answered = self.answered, []
+        """Make the lines of the requests ended so far, in one loop (cheaper than one at a time),
+        and hand them to the access logger as one record (a record each would cost more)."""
+        if self.ended:
+            ended, self.ended = self.ended, []
             to_wall = time.time() - time.perf_counter()  # from a request's clock to the wall's
-            text = "\n".join([self._line(entry, to_wall) for entry in answered])
+            text = "\n".join([self._line(entry, to_wall) for entry in ended])
             # Made and handled directly: logger.info would look up its caller's frame.
             record = access_logger.makeRecord(access_logger.name, INFO, "", 0, text, (), None)
             access_logger.handle(record)

@@ -57,7 +57,7 @@ class PetStatus(enum.Enum):
     PENDING = "pending"
     SOLD = "sold"
 
-    __hash__ = object.__hash__  # members are singletons; Enum's own hash is Python code
+    __hash__ = object.__hash__  # members equal only themselves; Enum's own hash is Python code
 
 
 class ErrorCode(enum.Enum):

@@ -157,7 +157,7 @@ class Server:
         raise AssertionError(f"server not ready in {timeout}s: {self.stderr}")
 
     def wait_for_output(self, text: str, timeout: float = 10.0) -> str:
-        """Poll stdout until it contains `text` (the access log is written every 50 ms)."""
+        """Poll stdout until it contains `text` (the access log is written in batches)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if text in (out := self.stdout):
